@@ -1,0 +1,68 @@
+"""The one pipeline every sampled or compared distribution goes through.
+
+CFG mix -> structure mask (legal image ids; forced positions one-hot) -> temperature -> top-k ->
+top-p -> softmax. Drafts and targets must be processed identically or the ratio test is meaningless,
+so there is exactly one function for it.
+"""
+from __future__ import annotations
+
+import torch
+
+from sjdbench.models.base import Sampling
+
+NEG_INF = float("-inf")
+
+
+def cfg_mix(logits: torch.Tensor, scale: float) -> torch.Tensor:
+    """logits (2, L, V) = [cond; uncond] -> (L, V) = u + s (c - u)."""
+    cond, uncond = logits[0], logits[1]
+    if scale == 1.0:
+        return cond
+    return uncond + scale * (cond - uncond)
+
+
+def structure_mask(forced: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
+    """Boolean (L, V) mask of allowed ids: `legal` (V,) at content positions, only the forced id elsewhere."""
+    L, V = forced.shape[0], legal.shape[0]
+    allowed = legal.expand(L, V).clone()
+    is_forced = forced >= 0
+    if bool(is_forced.any()):
+        rows = torch.nonzero(is_forced).squeeze(1)
+        allowed[rows] = False
+        allowed[rows, forced[rows]] = True
+    return allowed
+
+
+def process_logits(logits: torch.Tensor, allowed: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """(2, L, V) raw logits -> (L, V) processed probabilities."""
+    mixed = cfg_mix(logits.float(), sampling.cfg_scale).masked_fill(~allowed, NEG_INF)  # (L, V)
+    if sampling.temperature <= 0:  # greedy: one-hot at the argmax
+        return torch.zeros_like(mixed).scatter_(-1, mixed.argmax(-1, keepdim=True), 1.0)
+    mixed = mixed / sampling.temperature
+    if sampling.top_k and sampling.top_k < mixed.shape[-1]:
+        kth = torch.topk(mixed, sampling.top_k, dim=-1).values[..., -1:]  # (L, 1)
+        mixed = mixed.masked_fill(mixed < kth, NEG_INF)
+    if sampling.top_p < 1.0:
+        sorted_logits, order = mixed.sort(dim=-1, descending=True)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        drop_sorted = (cumulative - sorted_logits.softmax(-1)) > sampling.top_p  # keep the token crossing p
+        drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
+        mixed = mixed.masked_fill(drop, NEG_INF)
+    return mixed.softmax(-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One draw per row of probs (..., V) -> (...) long."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).view(probs.shape[:-1])
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm([p - q]_+) row-wise; falls back to p where p == q (the residual is then never needed)."""
+    res = (p - q).clamp_min(0)
+    total = res.sum(-1, keepdim=True)
+    return torch.where(total > 0, res / total.clamp_min(1e-30), p)
+
+
+def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    return torch.zeros(*tokens.shape, vocab_size, device=tokens.device).scatter_(-1, tokens[..., None], 1.0)

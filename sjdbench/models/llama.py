@@ -1,0 +1,188 @@
+"""A small LLaMA-style decoder (RoPE, RMSNorm, SwiGLU) with a static, position-indexed KV cache.
+
+Shared by the debug adapter (random weights, used by tests) and the embedded toy model (trained and
+shipped). The cache is written by absolute position, so rolling back rejected Jacobi drafts is
+free: their slots are simply overwritten by the next forward, and the attention mask only lets a
+query see keys at positions <= its own (gpt-fast's design).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class LlamaConfig:
+    vocab_size: int
+    dim: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    hidden_mult: float = 8 / 3
+    max_seq_len: int = 512
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def hidden_dim(self) -> int:
+        hidden = int(self.hidden_mult * self.dim)
+        return 16 * math.ceil(hidden / 16)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_float = x.float()
+        normed = x_float * torch.rsqrt(x_float.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.type_as(x) * self.weight
+
+
+def rope_tables(cfg: LlamaConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables (max_seq_len, head_dim/2) for rotary embeddings."""
+    half = cfg.head_dim // 2
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(half, dtype=torch.float32) / half))
+    angles = torch.outer(torch.arange(cfg.max_seq_len, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (B, nh, L, hd); cos/sin: (L, hd/2). Rotates the two halves of each head."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    rotated = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    return rotated.type_as(x)
+
+
+class KVCache(nn.Module):
+    """Static cache (B, nh, max_len, hd) per layer plus a key-validity mask (B, max_len).
+
+    `key_valid` marks padding slots (left-padded unconditional prompts) as invisible.
+    """
+
+    def __init__(self, batch: int, n_heads: int, max_len: int, head_dim: int, dtype, device) -> None:
+        super().__init__()
+        shape = (batch, n_heads, max_len, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def write(self, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.k[:, :, pos] = k
+        self.v[:, :, pos] = v
+        return self.k, self.v
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.wqkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
+        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
+        self.cache: KVCache | None = None
+
+    def forward(self, x, cos, sin, pos, mask) -> torch.Tensor:
+        B, L, D = x.shape
+        nh, hd = self.cfg.n_heads, self.cfg.head_dim
+        q, k, v = self.wqkv(x).split(D, dim=-1)
+        q = q.view(B, L, nh, hd).transpose(1, 2)  # (B, nh, L, hd)
+        k = k.view(B, L, nh, hd).transpose(1, 2)
+        v = v.view(B, L, nh, hd).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.cache is not None:
+            k, v = self.cache.write(pos, k, v)  # (B, nh, max_len, hd)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, nh, L, hd)
+        return self.wo(y.transpose(1, 2).reshape(B, L, D))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.w13 = nn.Linear(cfg.dim, 2 * cfg.hidden_dim, bias=False)
+        self.w2 = nn.Linear(cfg.hidden_dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.w13(x).chunk(2, dim=-1)
+        return self.w2(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x, cos, sin, pos, mask) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, pos, mask)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class Llama(nn.Module):
+    """Decoder-only transformer. `forward(tokens, pos)` uses the cache when one is set up."""
+
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        cos, sin = rope_tables(cfg)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.key_valid: torch.Tensor | None = None  # (B, max_len) bool, set with the cache
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def setup_cache(self, batch: int, max_len: int) -> None:
+        """Allocate a fresh static cache; all keys start invisible until written."""
+        p = self.head.weight
+        for layer in self.layers:
+            layer.attn.cache = KVCache(batch, self.cfg.n_heads, max_len, self.cfg.head_dim, p.dtype, p.device)
+        self.key_valid = torch.zeros(batch, max_len, dtype=torch.bool, device=p.device)
+
+    def clear_cache(self) -> None:
+        for layer in self.layers:
+            layer.attn.cache = None
+        self.key_valid = None
+
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, pad_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens: (B, L) ids at absolute positions pos: (L,). pad_mask: (B, L) True = real token.
+
+        Returns logits (B, L, V). Without a cache this is a plain causal forward (training).
+        """
+        B, L = tokens.shape
+        x = self.embed(tokens)  # (B, L, D)
+        cos, sin = self.rope_cos[pos], self.rope_sin[pos]  # (L, hd/2)
+        if self.key_valid is not None:
+            valid = torch.ones(B, L, dtype=torch.bool, device=tokens.device) if pad_mask is None else pad_mask
+            self.key_valid[:, pos] = valid
+            key_pos = torch.arange(self.key_valid.shape[1], device=tokens.device)
+            causal = key_pos[None, :] <= pos[:, None]  # (L, max_len)
+            itself = key_pos[None, :] == pos[:, None]  # a padding query sees itself: no NaN rows
+            mask = (causal[None, None] & self.key_valid[:, None, None, :]) | itself[None, None]  # (B, 1, L, max_len)
+        else:
+            causal = torch.ones(L, L, dtype=torch.bool, device=tokens.device).tril()
+            mask = causal[None, None]
+            if pad_mask is not None:
+                mask = (mask & pad_mask[:, None, None, :]) | torch.eye(L, dtype=torch.bool, device=tokens.device)
+        for layer in self.layers:
+            x = layer(x, cos, sin, pos, mask)
+        return self.head(self.norm(x))
