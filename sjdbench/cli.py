@@ -1,0 +1,118 @@
+"""`sjdbench` command line: collects key=value overrides and prints; the library does the work."""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from sjdbench.errors import UserError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Benchmark speculative Jacobi decoding of autoregressive text-to-image models.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+console = Console()
+err_console = Console(stderr=True)
+
+OVERRIDES_HELP = "Hydra overrides, e.g. model=toy decoder=sjd_vp decoder.window=32 data=smoke seed=0"
+
+
+def fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def summary_table(title: str, summaries: list[dict]) -> Table:
+    """The run's headline numbers; narrow enough for an 80-column terminal."""
+    table = Table(title=title, title_justify="left")
+    columns = [
+        ("decoder", "decoder", 0), ("W", "window", 0), ("n", "n_samples", 0), ("NFE", "nfe_mean", 1),
+        ("step x", "step_compression", 2), ("accept", "acceptance_rate", 3),
+        ("acc.nofresh", "acceptance_rate_no_fresh", 3), ("acc.len", "mean_accepted_length", 2),
+        ("growth", "growth_share", 3), ("lat. s", "latency_s_mean", 3),
+    ]
+    for header, _, _ in columns:
+        table.add_column(header, justify="left" if header == "decoder" else "right")
+    for summary in summaries:
+        table.add_row(*[_fmt(summary.get(key), digits) for _, key, digits in columns])
+    return table
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False),
+    show_config: bool = typer.Option(False, "--show-config", help="Print the composed config and exit."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Decode every prompt of a data set with one model and decoder; resumable."""
+    from sjdbench.config import compose_run, to_yaml
+    from sjdbench.runner import execute
+
+    try:
+        config = compose_run(overrides or [])
+        if show_config:
+            console.print(to_yaml(config), highlight=False, markup=False)
+            return
+        with Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TimeRemainingColumn(), console=console, disable=quiet or not console.is_terminal, transient=True,
+        ) as bar:
+            task = bar.add_task(f"{config.model.name} / {config.decoder.name}", total=None)
+
+            def report(done: int, total: int, row) -> None:
+                bar.update(task, completed=done, total=total)
+
+            outcome = execute(config, progress=report)
+    except UserError as error:
+        fail(str(error))
+    verb = {"complete": "already complete (nothing redone)", "finished": "finished", "partial": "partial"}[outcome.status]
+    console.print(f"run {outcome.run_id} {verb}: {outcome.new_samples} new samples -> {outcome.run_dir}", highlight=False)
+    console.print(summary_table("summary", [outcome.summary]))
+
+
+@app.command("list")
+def list_choices(group: Optional[str] = typer.Argument(None, help="A config group, e.g. decoder. Omit for all.")) -> None:
+    """List config groups and their choices."""
+    from sjdbench.config import available_groups, group_choices
+
+    try:
+        groups = [group] if group else available_groups()
+        for name in groups:
+            console.print(f"[bold]{name}[/]: {', '.join(group_choices(name))}")
+    except UserError as error:
+        fail(str(error))
+
+
+def _mount_optional() -> None:
+    try:
+        from sjdbench.toy_cli import toy_app
+    except ImportError:
+        return
+    app.add_typer(toy_app, name="toy", help="Train the embedded toy model and its toy CLIP.")
+
+
+_mount_optional()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app()
+    except KeyboardInterrupt:
+        err_console.print("interrupted: finished samples are saved; re-run the same command to resume")
+        sys.exit(130)

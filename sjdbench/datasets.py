@@ -1,0 +1,81 @@
+"""Prompt sets: our own shipped sets (`prompts/<name>.txt`) and user files (txt, tsv, csv).
+
+A prompt's id is its index in the full set, so ids stay stable under `data.limit` and `data.shard`,
+and a run can be resumed or merged by prompt id.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from sjdbench.errors import UserError
+
+
+@dataclass(frozen=True)
+class Prompt:
+    prompt_id: int
+    text: str
+
+
+def prompts_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "prompts", here.parent / "prompts"):
+        if candidate.is_dir():
+            return candidate
+    raise UserError("sjdbench's prompts directory is missing; reinstall the package")
+
+
+def shipped_sets() -> list[str]:
+    return sorted(p.stem for p in prompts_dir().glob("*.txt"))
+
+
+def read_prompt_file(path: Path, column: str = "prompt") -> list[str]:
+    """Plain text: one prompt per line. TSV/CSV: the named column (case-insensitive), quoting off for
+    TSV so Parti's literal quotes survive."""
+    if not path.exists():
+        raise UserError(f"prompt file {path} does not exist; pass data.path=<existing file>")
+    suffix = path.suffix.lower()
+    if suffix in (".tsv", ".csv"):
+        with path.open(newline="", encoding="utf-8") as handle:
+            if suffix == ".tsv":
+                reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+            else:
+                reader = csv.reader(handle)
+            header = next(reader, [])
+            lowered = [h.strip().lower() for h in header]
+            if column.lower() not in lowered:
+                raise UserError(f"{path} has no column '{column}'; columns are: {', '.join(header)} (set data.column)")
+            index = lowered.index(column.lower())
+            texts = [row[index] for row in reader if len(row) > index]
+    else:
+        texts = path.read_text(encoding="utf-8").splitlines()
+    texts = [t.strip() for t in texts if t.strip()]
+    if not texts:
+        raise UserError(f"{path} contains no prompts")
+    return texts
+
+
+def resolve_path(data) -> Path:
+    if data.path and data.path != "???":
+        return Path(data.path).expanduser()
+    if data.name == "file":
+        raise UserError("data=file needs a prompt file: add data.path=<file.txt|.tsv|.csv>")
+    path = prompts_dir() / f"{data.name}.txt"
+    if not path.exists():
+        raise UserError(f"no shipped prompt set '{data.name}'; choose one of: {', '.join(shipped_sets())} or data=file data.path=...")
+    return path
+
+
+def load_prompts(data) -> tuple[list[Prompt], str]:
+    """(selected prompts, sha256 of the whole set). Selection: limit first, then shard."""
+    texts = read_prompt_file(resolve_path(data), data.column)
+    sha = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
+    prompts = [Prompt(i, t) for i, t in enumerate(texts)]
+    if data.limit is not None:
+        prompts = prompts[: data.limit]
+    if data.shard:
+        i, n = map(int, data.shard.split("/"))
+        prompts = prompts[i::n]
+    return prompts, sha

@@ -1,0 +1,89 @@
+"""Build a decoder (proposal x verifier x init) from its config; the config group is the registry."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sjdbench.decoding.inits import INITS, Init
+from sjdbench.decoding.loop import DecoderParts
+from sjdbench.decoding.proposals import CoupledProposal, ResampleProposal
+from sjdbench.decoding.verifiers import ExactVerifier, GSDVerifier, GreedyVerifier, LanternVerifier, neighbour_table
+from sjdbench.decoding.vp import VPProposal, VPSettings
+from sjdbench.errors import UserError
+
+PROPOSALS = ("resample", "coupled")
+VERIFIERS = ("exact", "greedy", "lantern", "gsd")
+CHOICES = {
+    "proposal": PROPOSALS,
+    "verifier": VERIFIERS,
+    "init": INITS,
+    "fusion": ("fused", "prior", "none"),
+    "reference": ("fused", "p"),
+    "growth_reading": ("increases", "observations"),
+}
+
+
+def cache_dir() -> Path:
+    """Where derived per-model artefacts (LANTERN neighbourhoods) are cached."""
+    return Path(os.environ.get("SJDBENCH_CACHE", Path.home() / ".cache" / "sjdbench"))
+
+
+def validate_decoder(cfg) -> None:
+    for key, valid in CHOICES.items():
+        value = getattr(cfg, key)
+        if value not in valid:
+            raise UserError(f"unknown decoder.{key} '{value}'; choose one of: {', '.join(valid)}")
+    if cfg.window < 1:
+        raise UserError(f"decoder.window must be >= 1, got {cfg.window}")
+    if cfg.growth_steps < 1:
+        raise UserError(f"decoder.growth_steps must be >= 1, got {cfg.growth_steps}")
+    if not 0 < cfg.gamma <= 1:
+        raise UserError(f"decoder.gamma must be in (0, 1], got {cfg.gamma}")
+    if cfg.history < 1:
+        raise UserError(f"decoder.history must be >= 1, got {cfg.history}")
+    if cfg.lantern.delta < 0 or cfg.lantern.k < 1:
+        raise UserError("decoder.lantern needs k >= 1 and delta >= 0")
+    if cfg.gsd.group_size < 0:
+        raise UserError("decoder.gsd.group_size must be >= 0")
+
+
+def vp_settings(cfg) -> VPSettings:
+    return VPSettings(
+        growth_steps=cfg.growth_steps,
+        strict_increases=cfg.growth_reading == "increases",
+        gamma=cfg.gamma,
+        history=cfg.history,
+        lam=cfg.lam,
+        fusion_top_k=cfg.fusion_top_k,
+        fusion=cfg.fusion,
+        reference=cfg.reference,
+    )
+
+
+def build_verifier(cfg, adapter):
+    if cfg.verifier == "exact":
+        return ExactVerifier()
+    if cfg.verifier == "greedy":
+        return GreedyVerifier()
+    if cfg.verifier == "lantern":
+        key = f"{adapter.name}-{getattr(adapter, 'weights_key', 'default')}"
+        table = neighbour_table(adapter.codebook(), cfg.lantern.k, cache_dir(), key)
+        return LanternVerifier(table, adapter.image_token_ids, adapter.vocab_size, cfg.lantern.delta)
+    return GSDVerifier(adapter.token_embeddings().to(adapter.device), cfg.gsd.group_size, cfg.gsd.p_thr, cfg.gsd.d_thr)
+
+
+def build_decoder(cfg, adapter) -> DecoderParts:
+    validate_decoder(cfg)
+    proposal = ResampleProposal() if cfg.proposal == "resample" else CoupledProposal(cfg.tau)
+    if cfg.vp:
+        proposal = VPProposal(proposal, vp_settings(cfg))
+    return DecoderParts(
+        window=cfg.window,
+        proposal=proposal,
+        verifier=build_verifier(cfg, adapter),
+        init=Init(cfg.init),
+        growth_steps=cfg.growth_steps,
+        strict_increases=cfg.growth_reading == "increases",
+        trace_positions=cfg.trace_positions,
+        name=cfg.name,
+    )

@@ -1,0 +1,39 @@
+"""Model name -> adapter builder, imported lazily so listing models never loads heavy code."""
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from sjdbench.errors import UserError
+
+BUILDERS = {
+    "debug": "sjdbench.models.debug:build_debug_adapter",
+    "toy": "sjdbench.models.toy:build_toy_adapter",
+}
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device={device} asked for but no CUDA device is visible; use device=cpu")
+    return device
+
+
+def build_adapter(name: str, options: dict[str, Any], device: str):
+    if name not in BUILDERS:
+        raise UserError(f"unknown model '{name}'; choose one of: {', '.join(sorted(BUILDERS))}")
+    module_name, func_name = BUILDERS[name].split(":")
+    try:
+        builder = getattr(importlib.import_module(module_name), func_name)
+    except ImportError as error:
+        raise UserError(f"model '{name}' cannot be loaded: {error}") from None
+    accepted = inspect.signature(builder).parameters
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        valid = ", ".join(p for p in accepted if p != "device")
+        raise UserError(f"unknown model.options for {name}: {', '.join(unknown)}; valid: {valid}")
+    return builder(**options, device=device)

@@ -1,0 +1,75 @@
+"""The embedded toy model: a small trained LLaMA-style transformer over toy-world patch codes.
+
+`build_toy_adapter()` loads the shipped weights from `sjdbench/models/toy/weights/`:
+    toy_lm.safetensors         transformer weights
+    toy_tokenizer.safetensors  k-means patch codebook (K, 48)
+    toy.json                   exact model config, layout, sampling defaults, training config, losses
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from sjdbench.models.base import Sampling, SegmentLayout
+from sjdbench.models.llama import Llama, LlamaConfig
+from sjdbench.models.llama_adapter import EOI, EOL, LlamaImageAdapter
+from sjdbench.models.toy.tokenizer import PatchTokenizer
+
+WEIGHTS_DIR = Path(__file__).parent / "weights"
+LM_FILE = "toy_lm.safetensors"
+TOKENIZER_FILE = "toy_tokenizer.safetensors"
+META_FILE = "toy.json"
+
+# shipped sampling defaults (see docs/TOY.md for how they set the regime)
+DEFAULT_CFG_SCALE = 3.0
+DEFAULT_TOP_K = 100
+DEFAULT_ROW_END_TOKEN = True
+
+
+def load_meta(weights_dir: str | Path | None = None) -> dict:
+    path = Path(weights_dir or WEIGHTS_DIR) / META_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"toy model metadata not found at {path}; run `sjdbench toy train` to create it")
+    return json.loads(path.read_text())
+
+
+def build_toy_adapter(
+    weights_dir: str | Path | None = None,
+    device: str = "cpu",
+    cfg_scale: float = DEFAULT_CFG_SCALE,
+    temperature: float = 1.0,
+    top_k: int = DEFAULT_TOP_K,
+    top_p: float = 1.0,
+    row_end_token: bool = DEFAULT_ROW_END_TOKEN,
+) -> LlamaImageAdapter:
+    """The trained toy model as an adapter named "toy" (16x16 grid of codes, <eol> after each row)."""
+    weights_dir = Path(weights_dir or WEIGHTS_DIR)
+    meta = load_meta(weights_dir)
+    trained_eol = bool(meta["layout"]["row_end_token"])
+    if row_end_token != trained_eol:
+        raise ValueError(
+            f"these toy weights were trained with row_end_token={trained_eol}; "
+            f"retrain with `sjdbench toy train --{'' if row_end_token else 'no-'}row-end-token` to change it"
+        )
+    cfg = LlamaConfig(**meta["model"])
+    model = Llama(cfg)
+    state = load_file(str(weights_dir / LM_FILE))
+    model.load_state_dict({k: v.float() for k, v in state.items()})
+    model.to(device)
+    tokenizer = PatchTokenizer.load(weights_dir / TOKENIZER_FILE)
+    h, w = meta["layout"]["grid"]
+    layout = SegmentLayout.grid(h, w, EOL if row_end_token else None, EOI if meta["layout"].get("end_token") else None)
+
+    def decode_codes(codes: torch.Tensor) -> np.ndarray:
+        return tokenizer.decode(codes)
+
+    sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p)
+    return LlamaImageAdapter("toy", model, tokenizer.n_codes, layout, sampling, decode_codes, tokenizer.codebook())
+
+
+def load_toy_tokenizer(weights_dir: str | Path | None = None) -> PatchTokenizer:
+    return PatchTokenizer.load(Path(weights_dir or WEIGHTS_DIR) / TOKENIZER_FILE)

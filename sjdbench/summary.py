@@ -1,0 +1,31 @@
+"""Aggregate per-sample rows into the run summary (field names fixed in DESIGN.md)."""
+from __future__ import annotations
+
+import statistics
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Pooled ratios (sums over samples), means and medians of per-sample latency."""
+    if not rows:
+        return {"n_samples": 0}
+    total = lambda key: sum(r[key] for r in rows)  # noqa: E731
+    latencies = [r["latency_s"] for r in rows]
+    committed = sum(sum(m * c for m, c in enumerate(r["accept_len_hist"])) for r in rows)
+    return {
+        "n_samples": len(rows),
+        "n_tokens": total("n_tokens") / len(rows),
+        "nfe_mean": total("nfe") / len(rows),
+        "step_compression": total("n_tokens") / total("nfe"),
+        "acceptance_rate": _ratio(total("accepted"), total("verified")),
+        "acceptance_rate_no_fresh": _ratio(total("accepted_no_fresh"), total("verified_no_fresh")),
+        "mean_accepted_length": _ratio(committed, total("iterations")),
+        "latency_s_mean": statistics.fmean(latencies),
+        "latency_s_median": statistics.median(latencies),
+        "tokens_per_s": _ratio(total("n_tokens"), sum(latencies)),
+        "growth_share": _ratio(total("growth_grew_accepted"), total("growth_eligible_accepted")),
+        "growth_precision": _ratio(total("growth_flagged_accepted"), total("growth_flagged_verified")),
+    }
