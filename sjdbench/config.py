@@ -167,7 +167,7 @@ def compose_raw(overrides: list[str], config_name: str = "config") -> Any:
             return compose(config_name=config_name, overrides=overrides)
     except HydraException as error:
         text = str(error) + str(error.__cause__ or "")
-        if "Key" in text and "not in struct" in text:
+        if "Key" in text and ("not in struct" in text or "not in '" in text) and "Could not override" in text:
             key = re.search(r"override '([^']+)'", text)
             name = key.group(1) if key else "that key"
             raise UserError(f"unknown config key {name}; see `sjdbench run --show-config` for valid keys") from None

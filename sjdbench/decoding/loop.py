@@ -17,7 +17,7 @@ import torch
 
 from sjdbench.decoding.history import ProbabilityHistory
 from sjdbench.decoding.inits import Init, InitContext
-from sjdbench.decoding.processing import one_hot, process_logits, sample, structure_mask
+from sjdbench.decoding.processing import StructureMasks, one_hot, process_logits, sample
 from sjdbench.decoding.stats import DecodeStats
 from sjdbench.models.base import ImageARAdapter, Sampling
 
@@ -33,6 +33,7 @@ class DecoderParts:
     growth_steps: int = 3  # N for the consecutive-growth statistics (and VP's mask)
     strict_increases: bool = True
     trace_positions: int = 8  # positions whose probability trajectories are recorded
+    track_growth: bool = True  # keep the probability history for growth statistics (VP always does)
     name: str = ""
 
 
@@ -67,19 +68,22 @@ def jacobi_decode(
     legal = torch.zeros(V, dtype=torch.bool, device=device)
     legal[adapter.image_token_ids] = True
     stats = DecodeStats.empty(W, n_tokens=N, n_content=int(content_cpu.sum()))
-    traced = _trace_set(layout, parts.trace_positions)
+    traced = _trace_set(layout, parts.trace_positions) if parts.track_growth else set()
 
     prompt = adapter.encode_prompt(prompt_text)
     cache = adapter.new_cache(prompt, extra=W)
     first = adapter.prefill(prompt, cache)  # (2, V)
-    p0 = process_logits(first[:, None], structure_mask(forced[:1], legal), sampling)  # (1, V)
+    masks = StructureMasks(forced, legal)
+    p0 = process_logits(first[:, None], masks.window(0, 1), sampling)  # (1, V)
     tokens = torch.full((N,), -1, dtype=torch.long, device=device)
     tokens[0] = sample(p0, generator)[0]
     stats.nfe = 1
     n = 1
 
     depth = max(parts.growth_steps + 1, getattr(getattr(parts.proposal, "settings", None), "history", 0) + 1, 8)
-    history = ProbabilityHistory(W, depth, V, device) if W > 1 else None
+    vp_distribution = getattr(parts.proposal, "proposal_distribution", None)
+    keep_history = W > 1 and (parts.track_growth or vp_distribution is not None)
+    history = ProbabilityHistory(W, depth, V, device) if keep_history else None
     ctx = InitContext(layout, layout.position_of().to(device), adapter.image_token_ids, tokens.clone(),
                       torch.full((N,), -1, dtype=torch.long, device=device))
     drafts = torch.empty(0, dtype=torch.long, device=device)  # drafts for positions n, n+1, ...
@@ -87,7 +91,6 @@ def jacobi_decode(
     fresh = np.zeros(0, dtype=bool)  # drafted by the init (one-hot q)
     grew = torch.zeros(0, dtype=torch.bool, device=device)  # M = 1 on the draft when proposed
     eligible = torch.zeros(0, dtype=torch.bool, device=device)  # had enough observations for M
-    vp_distribution = getattr(parts.proposal, "proposal_distribution", None)
     growth_obs = parts.growth_steps + 1 if parts.strict_increases else parts.growth_steps
 
     while n < N:
@@ -107,7 +110,7 @@ def jacobi_decode(
         logits = adapter.forward(window, n - 1, cache)  # (2, L, V)
         stats.nfe += 1
         positions = torch.arange(n, n + L, device=device)
-        p = process_logits(logits, structure_mask(forced[n : n + L], legal), sampling)  # (L, V)
+        p = process_logits(logits, masks.window(n, n + L), sampling)  # (L, V)
         if history is not None:
             history.push(positions, p)
         ctx.latest_argmax[n : n + L] = p.argmax(-1)
@@ -137,9 +140,12 @@ def jacobi_decode(
             drafts = parts.proposal.draw(r, old, old_q, has_old, generator)
             refs = ref
             fresh = np.zeros(L - m, dtype=bool)
-            growth = history.growth_mask(rest, parts.growth_steps, parts.strict_increases)
-            grew = growth.gather(-1, drafts[:, None]).squeeze(-1)
-            eligible = history.observations(rest) >= growth_obs
+            if history is not None:
+                growth = history.growth_mask(rest, parts.growth_steps, parts.strict_increases)
+                grew = growth.gather(-1, drafts[:, None]).squeeze(-1)
+                eligible = history.observations(rest) >= growth_obs
+            else:
+                grew = eligible = torch.zeros(L - m, dtype=torch.bool, device=device)
             ctx.guess[n + m : n + L] = drafts
         else:
             drafts, refs = drafts[:0], refs[:0]

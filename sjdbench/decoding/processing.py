@@ -21,6 +21,22 @@ def cfg_mix(logits: torch.Tensor, scale: float) -> torch.Tensor:
     return uncond + scale * (cond - uncond)
 
 
+class StructureMasks:
+    """Allowed-id masks for a whole segment, stored as a few unique rows plus a per-position index
+    (a full (N, V) table would be 69 MB for Lumina-mGPT's 65536-id vocabulary)."""
+
+    def __init__(self, forced: torch.Tensor, legal: torch.Tensor) -> None:
+        forced_ids = sorted(set(forced[forced >= 0].tolist()))
+        rows = [legal] + [torch.zeros_like(legal).index_fill_(0, torch.tensor([f], device=legal.device), True) for f in forced_ids]
+        self.rows = torch.stack(rows)  # (1 + F, V)
+        lookup = {f: i + 1 for i, f in enumerate(forced_ids)}
+        self.index = torch.tensor([lookup.get(int(f), 0) for f in forced.tolist()], device=legal.device)  # (N,)
+
+    def window(self, start: int, stop: int) -> torch.Tensor:
+        """(L, V) allowed ids for segment positions start..stop-1."""
+        return self.rows[self.index[start:stop]]
+
+
 def structure_mask(forced: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
     """Boolean (L, V) mask of allowed ids: `legal` (V,) at content positions, only the forced id elsewhere."""
     L, V = forced.shape[0], legal.shape[0]

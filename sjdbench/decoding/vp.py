@@ -34,14 +34,13 @@ class VPSettings:
 
 def ewa_reference(history: ProbabilityHistory, positions: torch.Tensor, depth: int, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
     """pbar (L, V) from the previous `depth` iterations (not the current one), and has-history (L,)."""
-    total, weight_sum = None, None
-    for k in range(1, depth + 1):
-        past, valid = history.recent(positions, k)
-        w = (gamma ** (k - 1)) * valid.float()  # (L,)
-        total = past * w[:, None] if total is None else total + past * w[:, None]
-        weight_sum = w if weight_sum is None else weight_sum + w
-    has_history = weight_sum > 0
-    return total / weight_sum.clamp_min(EPS)[:, None], has_history
+    recent, valid = history.last(positions, depth + 1)  # (L, depth+1, V), newest (= current) first
+    past, past_valid = recent[:, 1:], valid[:, 1:]  # (L, k, V)
+    weights = gamma ** torch.arange(past.shape[1], device=past.device, dtype=past.dtype)  # gamma^(k-1)
+    weights = weights[None] * past_valid  # (L, k)
+    total = weights.sum(-1)  # (L,)
+    pbar = (past * weights[..., None]).sum(1) / total.clamp_min(EPS)[:, None]
+    return pbar, total > 0
 
 
 def top_k_mask(p: torch.Tensor, k: int) -> torch.Tensor:

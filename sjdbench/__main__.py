@@ -1,0 +1,3 @@
+from sjdbench.cli import main
+
+main()

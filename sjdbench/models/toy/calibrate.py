@@ -1,0 +1,172 @@
+"""Calibration measurements of the toy model's regime (reported in docs/TOY.md).
+
+- SJD step compression (exact verifier, resample proposal, random init) at windows 16 and 32;
+- context sensitivity: mean total variation between the processed next-token distribution given the
+  true prefix and given a prefix whose previous row was taken from another image;
+- toy CLIP-Score of AR samples with their captions vs shuffled captions;
+- a captioned grid of AR samples.
+
+Run: python -m sjdbench.models.toy.calibrate --out results/toy_calibration.json --png docs/toy_samples.png
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sjdbench.decoding.inits import Init
+from sjdbench.decoding.loop import DecoderParts, jacobi_decode
+from sjdbench.decoding.processing import process_logits, structure_mask
+from sjdbench.decoding.proposals import ResampleProposal
+from sjdbench.decoding.verifiers import ExactVerifier
+from sjdbench.models.toy.world import render_batch
+
+HELD_OUT_SEED = 90210
+
+
+def held_out(n: int) -> tuple[np.ndarray, list[str]]:
+    return render_batch(HELD_OUT_SEED, 0, n)
+
+
+def sjd_runs(adapter, captions: list[str], window: int, sampling=None) -> tuple[dict, list[torch.Tensor]]:
+    parts = DecoderParts(window=window, proposal=ResampleProposal(), verifier=ExactVerifier(), init=Init("random"))
+    sampling = sampling or adapter.default_sampling
+    rows, tokens = [], []
+    t0 = time.time()
+    for i, cap in enumerate(captions):
+        res = jacobi_decode(adapter, cap, parts, sampling, torch.Generator().manual_seed(i))
+        rows.append(res.stats.to_row())
+        tokens.append(res.tokens)
+    comp = np.array([r["step_compression"] for r in rows])
+    acc = np.array([r["acceptance_rate"] or 0.0 for r in rows])
+    return {
+        "window": window, "n": len(captions), "step_compression_mean": float(comp.mean()),
+        "step_compression_std": float(comp.std()), "acceptance_rate_mean": float(acc.mean()),
+        "seconds": round(time.time() - t0, 1),
+    }, tokens
+
+
+@torch.no_grad()
+def context_sensitivity(adapter, n_images: int = 6, seed: int = 0) -> float:
+    """Mean TV(p(.|true prefix), p(.|prefix with the previous row from another image)) over rows 1..h-1."""
+    from sjdbench.models.toy.tokenizer import PatchTokenizer
+
+    tok = PatchTokenizer(adapter.codebook())
+    images, caps = held_out(n_images + 1)
+    codes = tok.encode(images)  # (n+1, 16, 16)
+    layout = adapter.layout
+    pos_of = layout.position_of()  # (h, w) segment positions
+    h, w = layout.grid_hw
+    legal = torch.zeros(adapter.vocab_size, dtype=torch.bool)
+    legal[adapter.image_token_ids] = True
+    allowed = structure_mask(layout.forced, legal)
+    tvs = []
+    for i in range(n_images):
+        seg = layout.forced.clone()
+        seg[pos_of.flatten()] = codes[i].flatten() + int(adapter.image_token_ids[0])
+        other = codes[(i + 1) % (n_images + 1)].flatten() + int(adapter.image_token_ids[0])
+        prompt = adapter.encode_prompt(caps[i])
+        P = prompt.length
+        variants = [seg]
+        for r in range(1, h):
+            alt = seg.clone()
+            alt[pos_of[r - 1]] = other.view(h, w)[r - 1]
+            variants.append(alt)
+        probs = []
+        for v in variants:
+            full = torch.cat([prompt.tokens, v[None].expand(2, -1)], dim=1)
+            mask = torch.cat([prompt.pad_mask, torch.ones(2, v.numel(), dtype=torch.bool)], dim=1)
+            logits = adapter.model(full, torch.arange(full.shape[1]), pad_mask=mask)  # (2, L, V)
+            seg_logits = logits[:, P - 1 : P - 1 + v.numel()]  # predicts segment positions 0..N-1
+            probs.append(process_logits(seg_logits, allowed, adapter.default_sampling))
+        base = probs[0]
+        for r in range(1, h):
+            rows = pos_of[r]
+            tvs.append(0.5 * (base[rows] - probs[r][rows]).abs().sum(-1))
+    return float(torch.cat(tvs).mean())
+
+
+def sample_grid(images: list[np.ndarray], captions: list[str], path: str | Path, cols: int = 4) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = (len(images) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * 2.6, rows * 3.1), dpi=90)
+    for ax in np.atleast_1d(axes).flat:
+        ax.axis("off")
+    for ax, img, cap in zip(np.atleast_1d(axes).flat, images, captions):
+        ax.imshow(img, interpolation="nearest")
+        ax.set_title("\n".join(textwrap.wrap(cap, 34)), fontsize=6)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def calibrate(
+    weights_dir=None, n: int = 16, windows=(16, 32), png: str | None = None, threads: int = 2, with_clip: bool = True,
+    **sampling,
+) -> dict:
+    """sampling: overrides for build_toy_adapter (cfg_scale, top_k, temperature, top_p)."""
+    from sjdbench.models.toy.model import build_toy_adapter
+
+    torch.set_num_threads(threads)
+    t0 = time.time()
+    adapter = build_toy_adapter(weights_dir, **sampling)
+    load_s = time.time() - t0
+    _, caps = held_out(n)
+    out: dict = {"load_seconds": round(load_s, 3), "sampling": vars(adapter.default_sampling), "n_captions": n}
+    ar, ar_tokens = sjd_runs(adapter, caps, 1)
+    out["ar"] = ar
+    for w in windows:
+        out[f"sjd_w{w}"], _ = sjd_runs(adapter, caps, w)
+    out["context_tv"] = context_sensitivity(adapter)
+    images = [adapter.decode(t) for t in ar_tokens]
+    if with_clip:
+        from sjdbench.models.toy.clip import load_toy_clip
+
+        clip = load_toy_clip(weights_dir)
+        arr = np.stack(images)
+        refs, _ = held_out(n)
+        out["clip_score_ar_matched"] = float(clip.clip_score(arr, caps).mean())
+        out["clip_score_ar_shuffled"] = float(clip.clip_score(arr, list(np.roll(caps, 1))).mean())
+        out["clip_score_renders_matched"] = float(clip.clip_score(refs, caps).mean())
+    if png:
+        sample_grid(images, caps, png)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--weights", default=None)
+    ap.add_argument("--n", type=int, default=16)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--png", default=None)
+    ap.add_argument("--no-clip", action="store_true")
+    ap.add_argument("--top-k", type=int, default=None)
+    ap.add_argument("--cfg", type=float, default=None)
+    ap.add_argument("--windows", default="16,32")
+    args = ap.parse_args()
+    sampling = {}
+    if args.top_k is not None:
+        sampling["top_k"] = args.top_k
+    if args.cfg is not None:
+        sampling["cfg_scale"] = args.cfg
+    windows = tuple(int(w) for w in args.windows.split(","))
+    res = calibrate(args.weights, n=args.n, windows=windows, png=args.png, with_clip=not args.no_clip, **sampling)
+    text = json.dumps(res, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""`sjdbench toy ...`: train the embedded toy model and its toy CLIP, and measure the toy's regime."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+toy_app = typer.Typer(help="The embedded toy model: training and calibration.", no_args_is_help=True, add_completion=False)
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=1)
+
+
+@toy_app.command("train")
+def train(
+    out: Optional[Path] = typer.Option(None, "--out", help="output dir (default: the package weights dir, i.e. the shipped weights)"),
+    steps: Optional[int] = typer.Option(None, "--steps", help="optimizer steps (default: the shipped run's count)"),
+    minutes: Optional[float] = typer.Option(None, "--minutes", help="time budget instead of --steps (steps fixed after timing the first ones)"),
+    seed: int = typer.Option(0, "--seed"),
+    threads: int = typer.Option(2, "--threads"),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from the checkpoint if one exists"),
+    row_end_token: bool = typer.Option(True, "--row-end-token/--no-row-end-token", help="forced <eol> after each row"),
+) -> None:
+    """Train the toy transformer (tokenizer fit, dataset encoding, training, export)."""
+    from sjdbench.models.toy.train import SHIPPED_STEPS, train_toy
+
+    if steps is not None and minutes is not None:
+        _fail("give either --steps or --minutes, not both")
+    if steps is None and minutes is None:
+        steps = SHIPPED_STEPS
+    try:
+        train_toy(out, steps=steps, seed=seed, threads=threads, resume=resume, minutes=minutes, row_end_token=row_end_token,
+                  log=typer.echo)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        _fail(str(exc))
+
+
+@toy_app.command("train-clip")
+def train_clip(
+    out: Optional[Path] = typer.Option(None, "--out", help="output dir (default: the package weights dir)"),
+    minutes: float = typer.Option(6.0, "--minutes", help="time budget"),
+    steps: Optional[int] = typer.Option(None, "--steps", help="fixed step count instead of the time budget"),
+    seed: int = typer.Option(0, "--seed"),
+    threads: int = typer.Option(2, "--threads"),
+) -> None:
+    """Train the toy CLIP (contrastive, on fresh renders)."""
+    from sjdbench.models.toy.clip import train_toy_clip
+
+    try:
+        train_toy_clip(out, minutes=minutes, steps=steps, seed=seed, threads=threads, log=typer.echo)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        _fail(str(exc))
+
+
+@toy_app.command("calibrate")
+def calibrate(
+    weights: Optional[Path] = typer.Option(None, "--weights", help="weights dir (default: the shipped weights)"),
+    n: int = typer.Option(16, "--n", help="held-out captions"),
+    top_k: Optional[int] = typer.Option(None, "--top-k"),
+    cfg_scale: Optional[float] = typer.Option(None, "--cfg"),
+    png: Optional[Path] = typer.Option(None, "--png", help="write a captioned grid of AR samples"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write the numbers as JSON"),
+) -> None:
+    """Measure SJD step compression, context sensitivity and toy CLIP-Score on held-out captions."""
+    import json
+
+    from sjdbench.models.toy.calibrate import calibrate as run
+
+    sampling = {k: v for k, v in {"top_k": top_k, "cfg_scale": cfg_scale}.items() if v is not None}
+    try:
+        res = run(weights, n=n, png=str(png) if png else None, **sampling)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        _fail(str(exc))
+    text = json.dumps(res, indent=2)
+    typer.echo(text)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")

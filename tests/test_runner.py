@@ -1,0 +1,121 @@
+"""Runner and store: results layout, resume after interruption, nothing lost, nothing repeated."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sjdbench.config import compose_run
+from sjdbench.runner import execute
+from sjdbench.store import RunStore, append_jsonl, read_jsonl
+
+SMALL = ["model=debug", "model.options.grid_h=4", "model.options.grid_w=4", "data=smoke", "warmup=0"]
+
+
+def config(tmp_path, *extra):
+    return compose_run([*SMALL, f"results_dir={tmp_path}", *extra])
+
+
+def test_run_writes_the_layout(tmp_path):
+    outcome = execute(config(tmp_path, "data.limit=3"))
+    run = Path(outcome.run_dir)
+    assert outcome.status == "finished" and outcome.new_samples == 3
+    for name in ("config.yaml", "env.json", "samples.jsonl", "summary.json"):
+        assert (run / name).exists(), name
+    rows = read_jsonl(run / "samples.jsonl")
+    assert [r["prompt_id"] for r in rows] == [0, 1, 2]
+    assert all((run / r["image"]).exists() for r in rows)
+    summary = json.loads((run / "summary.json").read_text())
+    for key in ("n_samples", "n_tokens", "nfe_mean", "step_compression", "acceptance_rate", "acceptance_rate_no_fresh",
+                "mean_accepted_length", "latency_s_mean", "latency_s_median", "tokens_per_s", "growth_share",
+                "growth_precision", "run_id", "model", "decoder", "complete"):
+        assert key in summary, key
+    assert summary["complete"] is True and summary["n_samples"] == 3
+    assert summary["nfe_mean"] == sum(r["nfe"] for r in rows) / 3
+    env = json.loads((run / "env.json").read_text())
+    assert env["torch"] and env["device"] == "cpu"
+
+
+def test_finished_run_is_reported_not_redone(tmp_path):
+    first = execute(config(tmp_path, "data.limit=2"))
+    second = execute(config(tmp_path, "data.limit=2"))
+    assert second.status == "complete" and second.new_samples == 0
+    assert second.run_id == first.run_id
+    assert len(read_jsonl(Path(first.run_dir) / "samples.jsonl")) == 2
+
+
+def test_interrupted_run_resumes_without_loss_or_repeats(tmp_path):
+    partial = execute(config(tmp_path, "data.limit=5"), limit_new=2)
+    assert partial.status == "partial" and partial.new_samples == 2
+    before = read_jsonl(Path(partial.run_dir) / "samples.jsonl")
+    resumed = execute(config(tmp_path, "data.limit=5"))
+    after = read_jsonl(Path(resumed.run_dir) / "samples.jsonl")
+    assert resumed.new_samples == 3
+    assert [r["prompt_id"] for r in after] == [0, 1, 2, 3, 4]
+    assert after[:2] == before  # earlier rows untouched
+
+
+def test_resumed_samples_equal_uninterrupted_ones(tmp_path):
+    """One generator per (seed, prompt): interruption does not change what is sampled."""
+    a = tmp_path / "a"
+    b = tmp_path / "b"
+    execute(config(a, "data.limit=4"), limit_new=1)
+    execute(config(a, "data.limit=4"))
+    execute(config(b, "data.limit=4"))
+    tokens = lambda root: [r["tokens"] for r in RunStore(root, execute(config(root, "data.limit=4")).run_id).rows()]  # noqa: E731
+    assert tokens(a) == tokens(b)
+
+
+def test_torn_last_line_is_ignored(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    append_jsonl(path, {"prompt_id": 0})
+    with open(path, "a") as handle:
+        handle.write('{"prompt_id": 1, "tok')  # killed mid-write
+    assert read_jsonl(path) == [{"prompt_id": 0}]
+
+
+def test_kill_during_run_then_resume(tmp_path):
+    """A real SIGKILL in the middle of `sjdbench run`, then the same command completes the run."""
+    args = [sys.executable, "-m", "sjdbench", "run", *SMALL, f"results_dir={tmp_path}", "--quiet"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    samples = None
+    while time.time() < deadline:
+        found = list(tmp_path.glob("runs/*/samples.jsonl"))
+        if found and len(read_jsonl(found[0])) >= 2:
+            samples = found[0]
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert samples is not None, "the run produced no rows before the deadline"
+    done_before = len(read_jsonl(samples))
+    finished = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr
+    rows = read_jsonl(samples)
+    ids = [r["prompt_id"] for r in rows]
+    assert sorted(ids) == list(range(8)) and len(ids) == len(set(ids))
+    assert done_before <= 8
+
+
+def test_prompt_files(tmp_path):
+    from sjdbench.datasets import load_prompts
+    from sjdbench.errors import UserError
+
+    tsv = tmp_path / "parti.tsv"
+    tsv.write_text('Prompt\tCategory\n"G I G G L E" painted\tArt\nA cat\tAnimals\n')
+    cfg = compose_run(["data=file", f"data.path={tsv}", "data.column=Prompt"])
+    prompts, _ = load_prompts(cfg.data)
+    assert [p.text for p in prompts] == ['"G I G G L E" painted', "A cat"]  # quotes survive
+    csv_file = tmp_path / "p.csv"
+    csv_file.write_text("id,prompt\n1,a dog\n2,a fish\n3,a bird\n")
+    cfg = compose_run(["data=file", f"data.path={csv_file}", "data.shard=1/2"])
+    prompts, _ = load_prompts(cfg.data)
+    assert [(p.prompt_id, p.text) for p in prompts] == [(1, "a fish")]
+    with pytest.raises(UserError, match="no column 'caption'"):
+        load_prompts(compose_run(["data=file", f"data.path={csv_file}", "data.column=caption"]).data)

@@ -1,0 +1,21 @@
+"""The shipped toy CLIP."""
+import numpy as np
+import torch
+
+from sjdbench.models.toy.clip import CLIP_FILE, WEIGHTS_DIR, clip_score, image_features, load_toy_clip
+from sjdbench.models.toy.world import render_batch
+
+
+def test_toy_clip_scores_matched_above_shuffled():
+    torch.set_num_threads(2)
+    assert (WEIGHTS_DIR / CLIP_FILE).exists()
+    load_toy_clip()
+    images, caps = render_batch(31337, 0, 24)
+    matched = clip_score(images, caps)
+    shuffled = clip_score(images, list(np.roll(caps, 3)))
+    assert matched.shape == (24,)
+    assert matched.mean() > shuffled.mean() + 5.0
+    assert (matched > shuffled).mean() > 0.75
+    feats = image_features(images)
+    assert tuple(feats.shape) == (24, 64)
+    torch.testing.assert_close(feats.norm(dim=-1), torch.ones(24), atol=1e-4, rtol=0)

@@ -1,0 +1,93 @@
+"""The shipped toy model: weights, KV-cache exactness, CFG, and decoding through the loop."""
+import time
+
+import pytest
+import torch
+
+from sjdbench.models.llama_adapter import CODE_OFFSET
+from sjdbench.models.toy.model import LM_FILE, META_FILE, TOKENIZER_FILE, WEIGHTS_DIR, build_toy_adapter
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    torch.set_num_threads(2)
+    return build_toy_adapter()
+
+
+def test_shipped_weights_exist_and_load_fast():
+    total = 0
+    for name in (LM_FILE, META_FILE, TOKENIZER_FILE):
+        path = WEIGHTS_DIR / name
+        assert path.exists(), path
+        total += path.stat().st_size
+    assert total < 30 * 2**20
+    t0 = time.time()
+    a = build_toy_adapter()
+    assert time.time() - t0 < 2.0
+    assert a.name == "toy" and a.n_codes >= 512
+    assert a.layout.grid_hw == (16, 16) and a.layout.n_positions == 16 * 17  # <eol> after each row
+    assert tuple(a.codebook().shape) == (a.n_codes, 48)
+
+
+def test_row_end_token_must_match_weights():
+    with pytest.raises(ValueError):
+        build_toy_adapter(row_end_token=False)
+
+
+def _segment(adapter, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    seg = adapter.layout.forced.clone()
+    content = ~adapter.layout.is_forced
+    seg[content] = CODE_OFFSET + torch.randint(adapter.n_codes, (int(content.sum()),), generator=g)
+    return seg
+
+
+def test_cache_path_equals_full_forward(adapter):
+    prompt = adapter.encode_prompt("a big red circle in the center, on a blue striped background")
+    seg = _segment(adapter)[:100]
+    # full causal forward, no cache
+    adapter.model.clear_cache()
+    full = torch.cat([prompt.tokens, seg[None].expand(2, -1)], dim=1)
+    mask = torch.cat([prompt.pad_mask, torch.ones(2, seg.numel(), dtype=torch.bool)], dim=1)
+    with torch.no_grad():
+        ref = adapter.model(full, torch.arange(full.shape[1]), pad_mask=mask)[:, prompt.length - 1 :]  # (2, 101, V)
+    # cached: prefill, then chunks of varied size (including a rewrite of already-written slots)
+    adapter.new_cache(prompt, extra=16)
+    first = adapter.prefill(prompt, None)
+    torch.testing.assert_close(first, ref[:, 0].float(), atol=1e-4, rtol=1e-4)
+    start = 0
+    for size in (1, 7, 16, 30, 46):
+        out = adapter.forward(seg[start : start + size], start, None)
+        torch.testing.assert_close(out, ref[:, start + 1 : start + 1 + size].float(), atol=1e-4, rtol=1e-4)
+        start += size
+    # rollback by rewriting: feed different drafts at 80.., then the true tokens again
+    adapter.forward(_segment(adapter, 1)[80:96], 80, None)
+    out = adapter.forward(seg[80:100], 80, None)
+    torch.testing.assert_close(out, ref[:, 81:101].float(), atol=1e-4, rtol=1e-4)
+    adapter.model.clear_cache()
+
+
+def test_cfg_branches_differ(adapter):
+    prompt = adapter.encode_prompt("a small yellow triangle at the top left, on a black cloudy background")
+    adapter.new_cache(prompt, extra=1)
+    logits = adapter.prefill(prompt, None)
+    adapter.model.clear_cache()
+    p = logits.softmax(-1)
+    assert 0.5 * (p[0] - p[1]).abs().sum() > 0.05
+
+
+def test_jacobi_decode_makes_an_image(adapter):
+    from sjdbench.decoding.inits import Init
+    from sjdbench.decoding.loop import DecoderParts, jacobi_decode
+    from sjdbench.decoding.proposals import ResampleProposal
+    from sjdbench.decoding.verifiers import ExactVerifier
+
+    parts = DecoderParts(window=16, proposal=ResampleProposal(), verifier=ExactVerifier(), init=Init("random"))
+    res = jacobi_decode(adapter, "a big green square on the left, on a white wavy background", parts,
+                        adapter.default_sampling, torch.Generator().manual_seed(0))
+    assert res.tokens.shape == (16 * 17,)
+    codes = adapter.tokens_to_codes(res.tokens)
+    assert codes.shape == (16, 16) and int(codes.min()) >= 0 and int(codes.max()) < adapter.n_codes
+    image = adapter.decode(res.tokens)
+    assert image.shape == (64, 64, 3) and image.dtype.name == "uint8"
+    assert res.stats.to_row()["step_compression"] > 1.0

@@ -1,0 +1,130 @@
+"""Single-token behaviour of each verification rule, computed exactly from the rule's own code:
+the output distribution of "draft d ~ q, verify, replace on rejection" for given p and q."""
+import pytest
+import torch
+
+from sjdbench.decoding.verifiers import ExactVerifier, GSDVerifier, GreedyVerifier, LanternVerifier, neighbour_table
+
+U_GRID = (torch.arange(20000, dtype=torch.float64) + 0.5).float() / 20000  # acceptance prob by quadrature
+
+
+def output_distribution(verifier, p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """(V,) distribution of the emitted token, and the acceptance probability."""
+    V = p.shape[0]
+    out, accept_total = torch.zeros(V), 0.0
+    for d in range(V):
+        if q[d] == 0:
+            continue
+        drafts = torch.full((U_GRID.numel(),), d)
+        accept = verifier.accept(p.expand(U_GRID.numel(), V), q.expand(U_GRID.numel(), V), drafts, U_GRID).float().mean()
+        out[d] += q[d] * accept
+        out += q[d] * (1 - accept) * verifier.replacement(p, q, torch.tensor(d))
+        accept_total += float(q[d] * accept)
+    return out, accept_total
+
+
+def random_pair(V: int, seed: int, one_hot: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(torch.randn(V, generator=g) * 2, 0)
+    if one_hot:
+        q = torch.zeros(V)
+        q[int(torch.randint(V, (1,), generator=g))] = 1.0
+    else:
+        q = torch.softmax(torch.randn(V, generator=g) * 2, 0)
+    return p, q
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_exact_rule_emits_p(seed, one_hot):
+    p, q = random_pair(12, seed, one_hot)
+    out, _ = output_distribution(ExactVerifier(), p, q)
+    assert torch.allclose(out, p, atol=2e-4)
+
+
+def test_greedy_rule():
+    p = torch.tensor([[0.1, 0.6, 0.3], [0.5, 0.2, 0.3]])
+    v = GreedyVerifier()
+    assert v.accept(p, p, torch.tensor([1, 1]), torch.zeros(2)).tolist() == [True, False]
+    assert v.replacement(p[1], p[1], torch.tensor(1)).tolist() == [1.0, 0.0, 0.0]
+
+
+def lantern(V: int, delta: float, k: int = 4) -> LanternVerifier:
+    g = torch.Generator().manual_seed(0)
+    codebook = torch.randn(V, 3, generator=g)
+    return LanternVerifier(neighbour_table(codebook, k), torch.arange(V), V, delta)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("one_hot", [False, True])
+@pytest.mark.parametrize("delta", [0.05, 0.2])
+def test_lantern_tv_shift_is_bounded_by_delta(seed, one_hot, delta):
+    p, q = random_pair(12, seed, one_hot)
+    out, accept = output_distribution(lantern(12, delta), p, q)
+    _, accept_exact = output_distribution(ExactVerifier(), p, q)
+    tv = float(0.5 * (out - p).abs().sum())
+    assert abs(float(out.sum()) - 1) < 1e-4
+    assert accept >= accept_exact - 1e-6
+    if one_hot:  # deterministic draft (fresh init): the shift is the moved mass, at most delta
+        assert tv <= delta + 2e-4
+    else:
+        # stochastic drafts (Jacobi resamples): every draft d can gain up to min(q(d), m(d)) extra
+        # acceptance, so the per-token bound is sum_d min(q(d), m(d)), which can exceed delta
+        verifier = lantern(12, delta)
+        moved, _ = verifier.moved_mass(p.expand(12, 12), torch.arange(12))
+        assert tv <= float(torch.minimum(q, moved).sum()) + 2e-4
+
+
+def test_lantern_moved_mass_is_the_neighbour_prefix():
+    verifier = lantern(6, 0.25, k=5)
+    p = torch.tensor([[0.3, 0.1, 0.2, 0.15, 0.05, 0.2]])
+    draft = torch.tensor([0])
+    moved, included = verifier.moved_mass(p, draft)
+    order = verifier.neighbour_tokens[0].tolist()
+    cum, expected = 0.0, []
+    for token in order:
+        if cum + float(p[0, token]) > 0.25 + 1e-7:
+            break
+        cum += float(p[0, token])
+        expected.append(token)
+    assert abs(float(moved) - cum) < 1e-6
+    assert [t for t in included[0].tolist() if t >= 0] == expected
+
+
+def test_lantern_multiplicative_bound():
+    verifier = lantern(6, 3.0, k=5)  # delta > 1: moved mass <= (delta - 1) p(x)
+    p = torch.softmax(torch.randn(1, 6), -1)
+    moved, _ = verifier.moved_mass(p, torch.tensor([2]))
+    assert float(moved) <= 2.0 * float(p[0, 2]) + 1e-6
+
+
+def test_neighbour_table_excludes_self_and_sorts(tmp_path):
+    codebook = torch.tensor([[0.0], [1.0], [3.0], [0.5]])
+    table = neighbour_table(codebook, 3, tmp_path, "t")
+    assert table[0].tolist() == [3, 1, 2]
+    assert table[2].tolist() == [1, 3, 0]
+    assert (tmp_path / "lantern-t-K4-k3.pt").exists()
+    assert torch.equal(neighbour_table(codebook, 3, tmp_path, "t"), table)  # served from the cache
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_gsd_accepts_at_least_as_often_and_reduces_to_sjd_with_singleton_groups(seed):
+    V = 10
+    p, q = random_pair(V, seed, one_hot=False)
+    embeddings = torch.randn(V, 4, generator=torch.Generator().manual_seed(seed))
+    grouped, accept = output_distribution(GSDVerifier(embeddings, 4, 0.3, 100.0), p, q)
+    _, accept_exact = output_distribution(ExactVerifier(), p, q)
+    assert abs(float(grouped.sum()) - 1) < 1e-4
+    assert accept >= accept_exact - 1e-6
+    single, _ = output_distribution(GSDVerifier(embeddings, 0, 0.3, 100.0), p, q)
+    assert torch.allclose(single, p, atol=2e-4)
+
+
+def test_gsd_group_filters():
+    p = torch.tensor([[0.4, 0.3, 0.2, 0.1]])
+    embeddings = torch.tensor([[0.0], [0.1], [5.0], [0.2]])
+    group = GSDVerifier(embeddings, 4, 0.15, 0.5).group(p, torch.tensor([1]))
+    kept = sorted(t for t in group[0].tolist() if t >= 0)
+    # token 0: |0.4-0.3| < 0.15 and close embedding -> kept; token 2: far embedding -> dropped;
+    # token 3: |0.1-0.3| >= 0.15 -> dropped
+    assert kept == [0, 1]

@@ -1,0 +1,91 @@
+"""VP maths against hand-computed values."""
+import math
+
+import torch
+
+from sjdbench.decoding.history import ProbabilityHistory
+from sjdbench.decoding.vp import VPSettings, ewa_reference, fuse
+
+
+def history_with(trajectory: list[list[float]]) -> ProbabilityHistory:
+    """One position (0) observed over iterations, oldest first."""
+    history = ProbabilityHistory(n_rows=4, depth=8, vocab_size=len(trajectory[0]), device=torch.device("cpu"))
+    for probs in trajectory:
+        history.push(torch.tensor([0]), torch.tensor([probs]))
+    return history
+
+
+TRAJ = [[0.1, 0.5, 0.4], [0.2, 0.5, 0.3], [0.3, 0.4, 0.3], [0.4, 0.35, 0.25]]  # token 0 rises 3 times
+
+
+def test_ewa_reference_weights_gamma_powers():
+    history = history_with(TRAJ)
+    pbar, has = ewa_reference(history, torch.tensor([0]), depth=3, gamma=0.5)
+    # previous iterations newest first: TRAJ[2] (w=1), TRAJ[1] (w=0.5), TRAJ[0] (w=0.25); normalised by 1.75
+    expected = [(1 * a + 0.5 * b + 0.25 * c) / 1.75 for a, b, c in zip(TRAJ[2], TRAJ[1], TRAJ[0])]
+    assert has.tolist() == [True]
+    assert torch.allclose(pbar[0], torch.tensor(expected), atol=1e-6)
+
+
+def test_ewa_reference_uses_only_available_history():
+    history = history_with(TRAJ[:2])
+    pbar, has = ewa_reference(history, torch.tensor([0]), depth=4, gamma=0.5)
+    assert torch.allclose(pbar[0], torch.tensor(TRAJ[0]))  # one past observation, weight 1
+    fresh = history_with(TRAJ[:1])
+    _, has = ewa_reference(fresh, torch.tensor([0]), depth=4, gamma=0.5)
+    assert has.tolist() == [False]
+
+
+def test_growth_mask_both_readings():
+    history = history_with(TRAJ)
+    pos = torch.tensor([0])
+    # N = 3 strict increases need 4 observations: only token 0 rose 0.1<0.2<0.3<0.4
+    assert history.growth_mask(pos, 3).tolist() == [[True, False, False]]
+    # N = 4 increases needs 5 observations: none yet
+    assert history.growth_mask(pos, 4).tolist() == [[False, False, False]]
+    # "N observations" reading: N = 3 -> last 3 observations, 2 increases
+    assert history.growth_mask(pos, 3, strict_increases=False).tolist() == [[True, False, False]]
+    # a tie is not growth: token 1 went 0.5 -> 0.5
+    tied = history_with([[0.2, 0.5, 0.3], [0.3, 0.5, 0.2]])
+    assert tied.growth_mask(pos, 1).tolist() == [[True, False, False]]
+
+
+def test_history_rows_reset_when_a_new_position_takes_the_slot():
+    history = history_with(TRAJ)
+    history.push(torch.tensor([4]), torch.tensor([[0.5, 0.25, 0.25]]))  # 4 % 4 == 0: same ring row
+    assert history.observations(torch.tensor([4])).tolist() == [1]
+    assert history.observations(torch.tensor([0])).tolist() == [0]
+
+
+def test_score_and_fusion_renormalise():
+    p = torch.tensor([[0.4, 0.35, 0.25]])
+    pbar = torch.tensor([[0.2, 0.5, 0.3]])
+    growth = torch.tensor([[True, False, False]])
+    fused = fuse(p, pbar, growth, VPSettings(fusion_top_k=0))
+    # log p'(0) = log 0.4 + (log 0.4 - log 0.2) -> p'(0) ∝ 0.4^2 / 0.2 = 0.8; others keep p
+    unnorm = torch.tensor([0.8, 0.35, 0.25])
+    assert torch.allclose(fused[0], unnorm / unnorm.sum(), atol=1e-6)
+    # lambda scales the score: p'(0) ∝ 0.4 * (0.4/0.2)^0.5
+    half = fuse(p, pbar, growth, VPSettings(fusion_top_k=0, lam=0.5))
+    unnorm = torch.tensor([0.4 * math.sqrt(2), 0.35, 0.25])
+    assert torch.allclose(half[0], unnorm / unnorm.sum(), atol=1e-6)
+
+
+def test_fusion_respects_top_k_and_support():
+    p = torch.tensor([[0.5, 0.3, 0.2, 0.0]])
+    pbar = torch.tensor([[0.25, 0.15, 0.1, 0.5]])
+    growth = torch.ones(1, 4, dtype=torch.bool)
+    fused = fuse(p, pbar, growth, VPSettings(fusion_top_k=1))
+    unnorm = torch.tensor([0.5 * 2, 0.3, 0.2, 0.0])  # only the top-1 candidate is fused
+    assert torch.allclose(fused[0], unnorm / unnorm.sum(), atol=1e-6)
+    assert fused[0, 3] == 0  # never leaves p's support
+
+
+def test_prior_and_none_fusion_modes():
+    p = torch.tensor([[0.4, 0.35, 0.25]])
+    pbar = torch.tensor([[0.2, 0.5, 0.3]])
+    growth = torch.tensor([[True, False, False]])
+    assert torch.equal(fuse(p, pbar, growth, VPSettings(fusion="none")), p)
+    prior = fuse(p, pbar, growth, VPSettings(fusion="prior", fusion_top_k=0))
+    unnorm = torch.tensor([2.0, 1.0, 1.0])  # exp(M S): gain 2 on the rising token, 1 elsewhere
+    assert torch.allclose(prior[0], unnorm / unnorm.sum(), atol=1e-6)
