@@ -25,7 +25,9 @@ OVERRIDES_HELP = "Hydra overrides, e.g. model=toy decoder=sjd_vp decoder.window=
 
 
 def fail(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     raise typer.Exit(2)
 
 
@@ -83,6 +85,60 @@ def run(
     verb = {"complete": "already complete (nothing redone)", "finished": "finished", "partial": "partial"}[outcome.status]
     console.print(f"run {outcome.run_id} {verb}: {outcome.new_samples} new samples -> {outcome.run_dir}", highlight=False)
     console.print(summary_table("summary", [outcome.summary]))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def sweep(
+    overrides: Optional[List[str]] = typer.Argument(None, help="Grid in Hydra's override grammar: decoder=sjd,sjd_vp "
+                                                    "decoder.window=16,32,64 seed=range(0,3) decoder=glob(sjd*) +sweep=window",
+                                                    show_default=False),
+    executor: str = typer.Option("local", "--executor", "-e", help="local | submitit | ray"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid and which runs exist; run nothing."),
+    no_baseline: bool = typer.Option(False, "--no-baseline", help="Do not add the AR baseline runs."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="submitit cluster: slurm (auto-detected) | local | debug"),
+    partition: Optional[str] = typer.Option(None, "--partition", help="Slurm partition."),
+    gpus_per_task: int = typer.Option(1, "--gpus-per-task", help="GPUs per run (Slurm/Ray)."),
+    timeout_min: int = typer.Option(240, "--timeout-min", help="Slurm time limit per run."),
+    array_parallelism: int = typer.Option(64, "--array-parallelism", help="Max Slurm array tasks at once."),
+) -> None:
+    """Run a grid of configurations (plus their AR baselines); re-running resumes."""
+    from sjdbench.sweep import build_plan, execute_sweep, run_status
+
+    try:
+        plan = build_plan(overrides or [], add_baselines=not no_baseline)
+        if dry_run:
+            table = Table(title=f"sweep {plan.sweep_id}: {len(plan.points)} runs", title_justify="left")
+            for header in ("run", "status", "overrides"):
+                table.add_column(header)
+            for point in plan.points:
+                label = point.label + ("  [AR baseline]" if point.baseline else "")
+                table.add_row(point.run_id, run_status(point), label)
+            console.print(table)
+            return
+        slurm = {"partition": partition, "gpus_per_task": gpus_per_task, "timeout_min": timeout_min,
+                 "array_parallelism": array_parallelism}
+        with Progress(
+            TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+            console=console, disable=not console.is_terminal,
+        ) as bar:
+            task = bar.add_task("runs", total=len(plan.points))
+            results = execute_sweep(plan, executor, tick=lambda result: bar.advance(task), cluster=cluster, slurm=slurm)
+    except UserError as error:
+        fail(str(error))
+    counts = {}
+    for result in results:
+        counts[result.status] = counts.get(result.status, 0) + 1
+    console.print(f"sweep {plan.sweep_id}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+                  + f" -> {plan.directory}", highlight=False)
+    from sjdbench.store import RunStore
+
+    summaries = [RunStore(plan.directory.parent.parent, p.run_id).summary() for p in plan.points]
+    console.print(summary_table("runs", [s for s in summaries if s]))
+    failed = [r for r in results if r.status == "failed"]
+    for result in failed:
+        err_console.print(f"[red]failed[/] {result.run_id}: {result.error}", highlight=False)
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command("list")

@@ -1,6 +1,5 @@
 """The toy world renderer and the patch tokenizer."""
 import numpy as np
-import pytest
 
 from sjdbench.models.toy.world import MAX_CAPTION, caption, dataset, render, render_batch, sample_scene
 
@@ -53,7 +52,6 @@ def test_tokenizer_roundtrip_bound():
     assert (again == codes[:4]).float().mean() > 0.99
 
 
-@pytest.mark.slow
 def test_tokenizer_fit_is_seeded():
     from sjdbench.models.toy.tokenizer import PatchTokenizer
 

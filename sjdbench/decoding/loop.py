@@ -51,6 +51,32 @@ def _trace_set(layout, count: int) -> set[int]:
     return {content[i] for i in picks}
 
 
+@dataclass
+class LoopConstants:
+    """Per-adapter tables the loop needs every call; built once and kept on the adapter."""
+
+    forced: torch.Tensor  # (N,) on device
+    content: np.ndarray  # (N,) bool on host
+    masks: StructureMasks
+    grid_position: torch.Tensor  # (h, w) on device
+
+
+def loop_constants(adapter: ImageARAdapter) -> LoopConstants:
+    cached = getattr(adapter, "_loop_constants", None)
+    if cached is not None:
+        return cached
+    layout, device = adapter.layout, adapter.device
+    legal = torch.zeros(adapter.vocab_size, dtype=torch.bool, device=device)
+    legal[adapter.image_token_ids] = True
+    forced = layout.forced.to(device)
+    constants = LoopConstants(forced, (layout.forced < 0).numpy(), StructureMasks(forced, legal), layout.position_of().to(device))
+    try:
+        adapter._loop_constants = constants
+    except AttributeError:  # adapters with __slots__: rebuild each call
+        pass
+    return constants
+
+
 def jacobi_decode(
     adapter: ImageARAdapter,
     prompt_text: str,
@@ -62,18 +88,14 @@ def jacobi_decode(
     N = layout.n_positions
     if parts.verifier.greedy:
         sampling = replace(sampling, temperature=0.0)
-    forced_cpu = layout.forced
-    forced = forced_cpu.to(device)
-    content_cpu = (forced_cpu < 0).numpy()
-    legal = torch.zeros(V, dtype=torch.bool, device=device)
-    legal[adapter.image_token_ids] = True
+    constants = loop_constants(adapter)
+    content_cpu, masks = constants.content, constants.masks
     stats = DecodeStats.empty(W, n_tokens=N, n_content=int(content_cpu.sum()))
     traced = _trace_set(layout, parts.trace_positions) if parts.track_growth else set()
 
     prompt = adapter.encode_prompt(prompt_text)
     cache = adapter.new_cache(prompt, extra=W)
     first = adapter.prefill(prompt, cache)  # (2, V)
-    masks = StructureMasks(forced, legal)
     p0 = process_logits(first[:, None], masks.window(0, 1), sampling)  # (1, V)
     tokens = torch.full((N,), -1, dtype=torch.long, device=device)
     tokens[0] = sample(p0, generator)[0]
@@ -84,7 +106,7 @@ def jacobi_decode(
     vp_distribution = getattr(parts.proposal, "proposal_distribution", None)
     keep_history = W > 1 and (parts.track_growth or vp_distribution is not None)
     history = ProbabilityHistory(W, depth, V, device) if keep_history else None
-    ctx = InitContext(layout, layout.position_of().to(device), adapter.image_token_ids, tokens.clone(),
+    ctx = InitContext(layout, constants.grid_position, adapter.image_token_ids, tokens.clone(),
                       torch.full((N,), -1, dtype=torch.long, device=device))
     drafts = torch.empty(0, dtype=torch.long, device=device)  # drafts for positions n, n+1, ...
     refs = torch.empty(0, V, device=device)  # their references q
