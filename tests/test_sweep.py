@@ -1,0 +1,124 @@
+"""Sweeps: grid expansion, validation before running, idempotence, resume, submitit, sharding."""
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sjdbench.config import compose_run
+from sjdbench.errors import UserError
+from sjdbench.runner import execute
+from sjdbench.store import RunStore, read_jsonl
+from sjdbench.sweep import build_plan, execute_sweep, parse_words, run_status
+
+SMALL = ["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "warmup=0", "save_images=false"]
+
+
+def words(tmp_path, *extra):
+    return [*SMALL, f"results_dir={tmp_path}", "data.limit=2", *extra]
+
+
+def test_grid_expansion_grammar():
+    grid, fixed = parse_words(["decoder=sjd,sjd_vp", "decoder.window=range(16,65,16)", "seed=choice(0,1)", "data=smoke"])
+    assert grid == {"decoder": ["sjd", "sjd_vp"], "decoder.window": ["16", "32", "48", "64"], "seed": ["0", "1"]}
+    assert fixed == ["data=smoke"]
+    grid, _ = parse_words(["decoder=glob(sjd*)"])
+    assert grid["decoder"] == ["sjd", "sjd_pp", "sjd_vp"]
+
+
+def test_presets_expand_and_user_words_win():
+    grid, fixed = parse_words(["+sweep=window", "decoder.window=8"])
+    assert grid == {"decoder": ["sjd", "sjd_vp"]} and "decoder.window=8" in fixed
+    grid, fixed = parse_words(["+sweep=growth_steps"])
+    assert grid == {"decoder.growth_steps": ["1", "2", "3", "4"]} and "decoder=sjd_vp" in fixed
+    for preset in ("decoders", "window", "growth_steps", "fusion"):
+        assert build_plan([f"+sweep={preset}", "model=debug"]).points
+
+
+def test_product_plus_ar_baseline(tmp_path):
+    plan = build_plan(words(tmp_path, "decoder=sjd,sjd_vp", "decoder.window=2,4"))
+    assert len(plan.points) == 5
+    baselines = [p for p in plan.points if p.baseline]
+    assert len(baselines) == 1 and baselines[0].config.decoder.name == "ar"
+    two_seeds = build_plan(words(tmp_path, "decoder=sjd", "seed=0,1"))
+    assert sum(p.baseline for p in two_seeds.points) == 2  # one AR per seed
+
+
+def test_invalid_point_rejected_before_anything_runs(tmp_path):
+    with pytest.raises(UserError, match=r"invalid grid point.*decoder.window must be >= 1"):
+        build_plan(words(tmp_path, "decoder=sjd", "decoder.window=0,4"))
+    with pytest.raises(UserError, match="unknown sweep 'nope'"):
+        build_plan(["+sweep=nope"])
+    with pytest.raises(UserError, match="unknown decoder"):
+        build_plan(words(tmp_path, "decoder=sjd,bogus"))
+    assert not (tmp_path / "runs").exists()
+
+
+def test_sweep_runs_then_second_invocation_runs_nothing(tmp_path):
+    plan = build_plan(words(tmp_path, "decoder=sjd,sjd_vp", "decoder.window=2"))
+    first = execute_sweep(plan)
+    assert sorted(r.status for r in first) == ["finished"] * 3
+    doc = yaml.safe_load((plan.directory / "sweep.yaml").read_text())
+    assert {r["run_id"] for r in doc["runs"]} == {p.run_id for p in plan.points}
+    mtimes = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/samples.jsonl")}
+    second = execute_sweep(build_plan(words(tmp_path, "decoder=sjd,sjd_vp", "decoder.window=2")))
+    assert [r.status for r in second] == ["done"] * 3
+    assert mtimes == {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/samples.jsonl")}
+
+
+def test_interrupted_sweep_resumes_losing_and_repeating_nothing(tmp_path):
+    plan = build_plan(words(tmp_path, "decoder=sjd,jacobi", "decoder.window=3"))
+    # simulate a kill: the first run is half done, the others not started
+    execute(plan.points[0].config, limit_new=1)
+    assert run_status(plan.points[0]) == "partial"
+    results = execute_sweep(plan)
+    assert all(r.status in ("finished",) for r in results)
+    for point in plan.points:
+        ids = [r["prompt_id"] for r in RunStore(tmp_path, point.run_id).rows()]
+        assert ids == [0, 1]
+
+
+def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    import sjdbench.sweep as sweep_module
+
+    plan = build_plan(words(tmp_path, "decoder=sjd,sjd_vp", "decoder.window=2"))
+    real = sweep_module.execute
+
+    def flaky(config, **kwargs):
+        if config.decoder.name == "sjd_vp":
+            raise RuntimeError("out of memory")
+        return real(config, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "execute", flaky)
+    results = execute_sweep(plan)
+    statuses = {r.run_id: r.status for r in results}
+    assert sorted(statuses.values()) == ["failed", "finished", "finished"]
+    status_file = json.loads((plan.directory / "status.json").read_text())
+    assert any("out of memory" in (v["error"] or "") for v in status_file.values())
+
+
+def test_submitit_local_executor_runs_two_jobs(tmp_path):
+    pytest.importorskip("submitit")
+    plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=2"))
+    assert len(plan.points) == 2
+    results = execute_sweep(plan, executor="submitit", cluster="local", slurm={"timeout_min": 10})
+    assert sorted(r.status for r in results) == ["finished", "finished"], [r.error for r in results]
+    for point in plan.points:
+        assert RunStore(tmp_path, point.run_id).summary()["complete"]
+
+
+def test_sharded_run_merges_to_the_unsharded_rows(tmp_path):
+    base = [*SMALL, "data.limit=5", "decoder=sjd", "decoder.window=3"]
+    for i in range(2):
+        execute(compose_run([*base, f"results_dir={tmp_path / 'sharded'}", f"data.shard={i}/2"]))
+    merged = execute(compose_run([*base, f"results_dir={tmp_path / 'sharded'}"]))
+    assert merged.new_samples == 0 and merged.summary["complete"]
+    single = execute(compose_run([*base, f"results_dir={tmp_path / 'single'}"]))
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "latency_s"} for r in rows]  # noqa: E731
+    sharded_rows = RunStore(tmp_path / "sharded", merged.run_id).rows()
+    single_rows = RunStore(tmp_path / "single", single.run_id).rows()
+    assert merged.run_id == single.run_id
+    assert strip(sharded_rows) == strip(single_rows)
+    shard_files = sorted(p.name for p in Path(merged.run_dir).glob("samples*.jsonl"))
+    assert shard_files == ["samples.0of2.jsonl", "samples.1of2.jsonl"]
+    assert len(read_jsonl(Path(merged.run_dir) / "samples.0of2.jsonl")) == 3
