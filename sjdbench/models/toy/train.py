@@ -29,7 +29,7 @@ from sjdbench.models.toy.tokenizer import GRID, PatchTokenizer, roundtrip_error
 from sjdbench.models.toy.world import render_batch
 
 
-SHIPPED_STEPS = 600  # the step count of the shipped weights (`sjdbench toy train` reproduces them)
+SHIPPED_STEPS = 320  # the step count of the shipped weights (`sjdbench toy train` reproduces them)
 
 
 @dataclass
