@@ -66,8 +66,7 @@ def build_verifier(cfg, adapter):
     if cfg.verifier == "greedy":
         return GreedyVerifier()
     if cfg.verifier == "lantern":
-        key = f"{adapter.name}-{getattr(adapter, 'weights_key', 'default')}"
-        table = neighbour_table(adapter.codebook(), cfg.lantern.k, cache_dir(), key)
+        table = neighbour_table(adapter.codebook(), cfg.lantern.k, cache_dir(), adapter.name)
         return LanternVerifier(table, adapter.image_token_ids, adapter.vocab_size, cfg.lantern.delta)
     return GSDVerifier(adapter.token_embeddings().to(adapter.device), cfg.gsd.group_size, cfg.gsd.p_thr, cfg.gsd.d_thr)
 

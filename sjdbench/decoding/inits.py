@@ -57,6 +57,7 @@ class Init:
         if col == 0:
             return None
         left = int(ctx.grid_position[row, col - 1])
-        if self.kind == "argmax_left" and int(ctx.latest_argmax[left]) >= 0:
-            return ctx.latest_argmax[left]
+        if self.kind == "argmax_left":  # device-side choice: no host sync
+            latest = ctx.latest_argmax[left]
+            return torch.where(latest >= 0, latest, ctx.guess[left])
         return ctx.guess[left]

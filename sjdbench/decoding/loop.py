@@ -148,7 +148,9 @@ def jacobi_decode(
         m = k + 1
         adapter.rollback(cache, L - m)
         ctx.guess[n : n + m] = tokens[n : n + m]
-        stats.record_iteration(m, k, L - 1, content_cpu[n : n + L - 1], fresh[: L - 1], grew[: L - 1], eligible[: L - 1])
+        tracked = history is not None
+        stats.record_iteration(m, k, L - 1, content_cpu[n : n + L - 1], fresh[: L - 1],
+                               grew[: L - 1] if tracked else None, eligible[: L - 1] if tracked else None)
         for pos in traced.intersection(range(n, n + m)):
             if history is not None:
                 stats.trajectories.append({"pos": pos, "token": int(tokens[pos]), "probs": history.trajectory(pos, int(tokens[pos]))})

@@ -59,8 +59,8 @@ class DecodeStats:
         self.accepted_no_fresh += int((accepted & ~fresh).sum())
         self.slot_verified[:n_drafts] += verified
         self.slot_accepted[:n_drafts] += accepted
-        if not isinstance(grew, torch.Tensor) or not bool(grew.any()) and not bool(eligible.any()):
-            return  # no draft had growth history: nothing to add (and no device transfer)
+        if grew is None:
+            return  # no probability history kept: growth statistics are not tracked
         acc_t = torch.from_numpy(accepted).to(grew.device)
         ver_t = torch.from_numpy(verified).to(grew.device)
         self.growth_eligible_accepted = self.growth_eligible_accepted + (eligible & acc_t).sum()

@@ -6,6 +6,7 @@ product of the flags (no Python loop per slot).
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 
@@ -63,7 +64,8 @@ def neighbour_table(codebook: torch.Tensor, k: int, cache_dir: Path | None = Non
     k = min(k, K - 1)
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / f"lantern-{key}-K{K}-k{k}.pt"
+        digest = hashlib.sha256(codebook.numpy().tobytes()).hexdigest()[:10]  # new weights, new table
+        path = Path(cache_dir) / f"lantern-{key}-K{K}-k{k}-{digest}.pt"
         if path.exists():
             return torch.load(path)
     table = torch.empty(K, k, dtype=torch.int32 if K > 32767 else torch.int16)

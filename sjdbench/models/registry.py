@@ -9,7 +9,7 @@ from sjdbench.errors import UserError
 
 BUILDERS = {
     "debug": "sjdbench.models.debug:build_debug_adapter",
-    "toy": "sjdbench.models.toy:build_toy_adapter",
+    "toy": "sjdbench.models.toy.model:build_toy_adapter",
 }
 
 
