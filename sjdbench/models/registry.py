@@ -36,4 +36,7 @@ def build_adapter(name: str, options: dict[str, Any], device: str):
     if unknown:
         valid = ", ".join(p for p in accepted if p != "device")
         raise UserError(f"unknown model.options for {name}: {', '.join(unknown)}; valid: {valid}")
-    return builder(**options, device=device)
+    try:
+        return builder(**options, device=device)
+    except (ValueError, FileNotFoundError) as error:  # bad option values, missing weights
+        raise UserError(f"model '{name}': {error}") from None
