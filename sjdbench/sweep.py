@@ -11,6 +11,7 @@ finished runs, and resumes partial ones where they stopped.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -125,7 +126,7 @@ def build_plan(words: list[str], add_baselines: bool = True) -> SweepPlan:
     grid, fixed = parse_words(words)
     keys = list(grid)
     points: list[GridPoint] = []
-    seen: set[str] = set()
+    seen: set[tuple[str, str | None]] = set()  # (run_id, shard): shards of one run are separate jobs
     errors = []
 
     def add(overrides: list[str], baseline: bool) -> None:
@@ -135,8 +136,8 @@ def build_plan(words: list[str], add_baselines: bool = True) -> SweepPlan:
         except UserError as error:
             errors.append(f"grid point [{' '.join(overrides)}]: {error}")
             return
-        if run_id not in seen:
-            seen.add(run_id)
+        if (run_id, config.data.shard) not in seen:
+            seen.add((run_id, config.data.shard))
             points.append(GridPoint(overrides, config, run_id, baseline))
 
     combos = list(itertools.product(*(grid[k] for k in keys))) if keys else [()]
@@ -149,7 +150,8 @@ def build_plan(words: list[str], add_baselines: bool = True) -> SweepPlan:
         for point in list(points):
             if point.config.decoder.window != 1:
                 add(_baseline_overrides(point.overrides), baseline=True)
-    sweep_id = hashlib.sha256("\n".join(sorted(p.run_id for p in points)).encode()).hexdigest()[:12]
+    keys = sorted(f"{p.run_id}:{p.config.data.shard or ''}" for p in points)
+    sweep_id = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:12]
     root = results_root(points[0].config) if points else Path("results")
     return SweepPlan(sweep_id, points, grid, fixed, root / "sweeps" / sweep_id)
 
@@ -161,7 +163,8 @@ def run_status(point: GridPoint) -> str:
     summary = store.summary()
     wanted = len(prompts) * point.config.samples_per_prompt
     have = len(store.done_keys() & {(p.prompt_id, s) for p in prompts for s in range(point.config.samples_per_prompt)})
-    if have == wanted and summary and summary.get("complete"):
+    sharded = point.config.data.shard is not None  # a shard writes no summary; its rows are its status
+    if have == wanted and (sharded or (summary and summary.get("complete"))):
         return "done"
     return "partial" if have else "todo"
 
@@ -279,6 +282,30 @@ def run_ray(points: list[GridPoint], tick: Tick, gpus_per_task: float) -> list[P
     return results
 
 
+def merge_shards(sweep: SweepPlan, results: list[PointResult]) -> list[PointResult]:
+    """Once every shard of a run has finished, write the run's summary over all its prompts.
+
+    The unsharded run reads every shard's rows (merged by prompt id), so nothing is decoded again.
+    """
+    merged = []
+    failed = {r.run_id for r in results if r.status == "failed"}
+    by_run: dict[str, list[GridPoint]] = {}
+    for point in sweep.points:
+        if point.config.data.shard is not None:
+            by_run.setdefault(point.run_id, []).append(point)
+    for run_id, shards in by_run.items():
+        if run_id in failed:
+            continue
+        whole = dataclasses.replace(shards[0].config, data=dataclasses.replace(shards[0].config.data, shard=None))
+        _, prompts, _, _ = plan(whole)
+        store = RunStore(results_root(whole), run_id)
+        wanted = {(p.prompt_id, s) for p in prompts for s in range(whole.samples_per_prompt)}
+        if wanted <= store.done_keys():
+            outcome = execute(whole)
+            merged.append(PointResult(run_id, "merged" if outcome.new_samples == 0 else outcome.status))
+    return merged
+
+
 def execute_sweep(sweep: SweepPlan, executor: str = "local", tick: Tick | None = None, cluster: Optional[str] = None,
                   slurm: dict | None = None) -> list[PointResult]:
     """Run every point not already done; record outcomes in the sweep folder's status.json."""
@@ -302,6 +329,7 @@ def execute_sweep(sweep: SweepPlan, executor: str = "local", tick: Tick | None =
             results += run_submitit(todo, tick, sweep.directory, cluster, slurm or {})
         else:
             results += run_ray(todo, tick, (slurm or {}).get("gpus_per_task", 1))
+    results += merge_shards(sweep, results)
     status = {r.run_id: {"status": r.status, "error": r.error, "seconds": round(r.seconds, 3)} for r in results}
     atomic_write_json(sweep.directory / "status.json", status)
     return results

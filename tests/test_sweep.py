@@ -122,3 +122,14 @@ def test_sharded_run_merges_to_the_unsharded_rows(tmp_path):
     shard_files = sorted(p.name for p in Path(merged.run_dir).glob("samples*.jsonl"))
     assert shard_files == ["samples.0of2.jsonl", "samples.1of2.jsonl"]
     assert len(read_jsonl(Path(merged.run_dir) / "samples.0of2.jsonl")) == 3
+
+
+def test_sweep_over_shards_runs_them_as_jobs_and_merges(tmp_path):
+    plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=3", "data.limit=4", "data.shard=0/2,1/2"), add_baselines=False)
+    assert len(plan.points) == 2 and plan.points[0].run_id == plan.points[1].run_id
+    results = execute_sweep(plan)
+    assert sorted(r.status for r in results) == ["finished", "finished", "merged"]
+    summary = RunStore(tmp_path, plan.points[0].run_id).summary()
+    assert summary["complete"] and summary["n_samples"] == 4
+    again = execute_sweep(build_plan(words(tmp_path, "decoder=sjd", "decoder.window=3", "data.limit=4", "data.shard=0/2,1/2"), add_baselines=False))
+    assert [r.status for r in again if r.status != "merged"] == ["done", "done"]
