@@ -38,7 +38,7 @@ class StaleReferenceProposal:
     def __init__(self) -> None:
         self.inner = ResampleProposal()
 
-    def proposal_distribution(self, p, positions, history):
+    def proposal_distribution(self, p, positions, history, growth=None):
         recent, valid = history.last(positions, 2)
         return p, torch.where(valid[:, 1:2], recent[:, 1], p)
 

@@ -157,15 +157,17 @@ def jacobi_decode(
 
         if m < L:  # the proposal turns slots m..L-1 into next iteration's drafts
             rest = positions[m:]
-            r, ref = vp_distribution(p[m:], rest, history) if vp_distribution else (p[m:], p[m:])
+            growth = None
+            if history is not None:  # one growth mask per iteration, shared by VP and the statistics
+                growth = history.growth_mask(rest, parts.growth_steps, parts.strict_increases)  # (L-m, V)
+            r, ref = vp_distribution(p[m:], rest, history, growth) if vp_distribution else (p[m:], p[m:])
             old = torch.cat([d[m:], d.new_zeros(1)])  # position n+L-1 had no draft yet
             old_q = torch.cat([q[m:], p.new_zeros(1, V)])
             has_old = torch.arange(L - m, device=device) < (L - 1 - m)
             drafts = parts.proposal.draw(r, old, old_q, has_old, generator)
             refs = ref
             fresh = np.zeros(L - m, dtype=bool)
-            if history is not None:
-                growth = history.growth_mask(rest, parts.growth_steps, parts.strict_increases)
+            if growth is not None:
                 grew = growth.gather(-1, drafts[:, None]).squeeze(-1)
                 eligible = history.observations(rest) >= growth_obs
             else:

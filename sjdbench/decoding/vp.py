@@ -78,11 +78,17 @@ class VPProposal:
         self.settings = settings
         self.name = f"vp({inner.name})"
 
-    def proposal_distribution(self, p: torch.Tensor, positions: torch.Tensor, history: ProbabilityHistory) -> tuple[torch.Tensor, torch.Tensor]:
-        """(r, q): the distribution drafts are drawn from and the reference stored with them."""
+    def proposal_distribution(
+        self, p: torch.Tensor, positions: torch.Tensor, history: ProbabilityHistory, growth: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(r, q): the distribution drafts are drawn from and the reference stored with them.
+
+        `growth` is the loop's mask M for these positions (computed once per iteration); it must use
+        the same N and reading as these settings."""
         s = self.settings
         pbar, has_history = ewa_reference(history, positions, s.history, s.gamma)
-        growth = history.growth_mask(positions, s.growth_steps, s.strict_increases)
+        if growth is None:
+            growth = history.growth_mask(positions, s.growth_steps, s.strict_increases)
         fused = fuse(p, pbar, growth & has_history[:, None], s)
         return fused, (fused if s.reference == "fused" else p)
 
