@@ -8,6 +8,15 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
+def _pooled_list(rows: list[dict], key: str) -> list[int]:
+    width = max(len(r[key]) for r in rows)
+    total = [0] * width
+    for r in rows:
+        for i, value in enumerate(r[key]):
+            total[i] += value
+    return total
+
+
 def summarize(rows: list[dict]) -> dict:
     """Pooled ratios (sums over samples), means and medians of per-sample latency."""
     if not rows:
@@ -28,4 +37,6 @@ def summarize(rows: list[dict]) -> dict:
         "tokens_per_s": _ratio(total("n_tokens"), sum(latencies)),
         "growth_share": _ratio(total("growth_grew_accepted"), total("growth_eligible_accepted")),
         "growth_precision": _ratio(total("growth_flagged_accepted"), total("growth_flagged_verified")),
+        "accept_len_hist": _pooled_list(rows, "accept_len_hist"),
+        "slot_acceptance": [_ratio(a, v) for a, v in zip(_pooled_list(rows, "slot_accepted"), _pooled_list(rows, "slot_verified"))],
     }
