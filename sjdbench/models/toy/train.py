@@ -29,7 +29,7 @@ from sjdbench.models.toy.tokenizer import GRID, PatchTokenizer, roundtrip_error
 from sjdbench.models.toy.world import render_batch
 
 
-SHIPPED_STEPS = 320  # the step count of the shipped weights (`sjdbench toy train` reproduces them)
+SHIPPED_STEPS = 1000  # the step count of the shipped weights (see docs/TOY.md for the exact recipe)
 
 
 @dataclass
@@ -221,8 +221,10 @@ def train_toy(
             cfg.seed, cfg.dim, cfg.n_layers, cfg.n_codes, cfg.row_end_token
         ):
             raise ValueError(f"{ckpt_path} was written by a different configuration; use --no-resume to start over")
+        if steps is not None:  # a longer (or shorter) run continues the same stream and schedule shape
+            saved.steps = steps
         cfg = saved
-        log(f"resuming from {ckpt_path} at step {state['step']}")
+        log(f"resuming from {ckpt_path} at step {state['step']} of {cfg.steps}")
     elif not resume:
         for path in (ckpt_path, work_dir / "data.pt", out_dir / toy_model.TOKENIZER_FILE):
             path.unlink(missing_ok=True)
@@ -278,7 +280,8 @@ def train_toy(
             step += 1
             dt = time.time() - t0
             elapsed += dt
-            window.append(loss.item())
+            last_loss = loss.item()
+            window.append(last_loss)
             if cfg.steps is None and step >= 8:  # time budget -> step count, fixed once
                 cfg.steps = max(step + 1, int(cfg.minutes * 60 / (elapsed / step)))
                 progress.update(task, total=cfg.steps)
@@ -287,10 +290,12 @@ def train_toy(
                 row = {"step": step, "loss": float(np.mean(window)), "lr": opt.param_groups[0]["lr"], "elapsed_s": round(elapsed, 1)}
                 log_rows.append(row)
                 window = []
-            progress.update(task, completed=step, info=f"loss {window[-1] if window else 0:.3f}")
+            progress.update(task, completed=step, info=f"loss {last_loss:.3f}")
             if time.time() - last_ckpt > cfg.ckpt_minutes * 60:
                 checkpoint()
                 last_ckpt = time.time()
+    if window:  # the last partial logging window
+        log_rows.append({"step": step, "loss": float(np.mean(window)), "lr": opt.param_groups[0]["lr"], "elapsed_s": round(elapsed, 1)})
     checkpoint()
     return export(out_dir, model, cfg, data, log_rows, elapsed, log)
 

@@ -1,0 +1,29 @@
+"""Toy training pipeline end to end on a miniature configuration (tokenizer fit, data, train, resume, export)."""
+import json
+
+import pytest
+import torch
+
+MINI = dict(n_train=64, n_val=16, n_codes=32, kmeans_images=20, kmeans_iters=3, dim=32, n_layers=1, n_heads=2,
+            batch_size=4, warmup=1, ckpt_minutes=0.0)
+
+
+def test_train_resume_and_export(tmp_path):
+    from sjdbench.models.toy.model import build_toy_adapter
+    from sjdbench.models.toy.train import train_toy
+
+    meta = train_toy(tmp_path, steps=2, seed=3, threads=1, log=lambda *_: None, **MINI)
+    assert meta["train"]["steps"] == 2
+    state = torch.load(tmp_path / "ckpt.pt", weights_only=False)
+    assert state["step"] == 2
+    # rerun with more steps continues from the checkpoint
+    with pytest.raises(ValueError):
+        train_toy(tmp_path, steps=4, seed=4, threads=1, log=lambda *_: None, **MINI)  # other seed: refused
+    meta = train_toy(tmp_path, steps=3, seed=3, threads=1, log=lambda *_: None, **MINI)
+    assert torch.load(tmp_path / "ckpt.pt", weights_only=False)["step"] == 3
+    assert meta["train"]["steps"] == 3
+    saved = json.loads((tmp_path / "toy.json").read_text())
+    assert saved["model"]["dim"] == 32 and saved["layout"]["row_end_token"] is True
+    adapter = build_toy_adapter(tmp_path)
+    assert adapter.n_codes == 32 and adapter.layout.n_positions == 16 * 17
+    assert (tmp_path / "loss.csv").exists()
