@@ -41,15 +41,21 @@ def _fmt(value, digits: int = 3) -> str:
 
 def summary_table(title: str, summaries: list[dict]) -> Table:
     """The run's headline numbers; narrow enough for an 80-column terminal."""
-    table = Table(title=title, title_justify="left")
+    from rich import box
+
+    legend = ("step x = AR tokens / NFE; accept = accepted / verified drafts (acc.old: without fresh init "
+              "drafts); len = tokens per iteration; growth = accepted drafts that rose N iterations running; "
+              "sec = latency per image")
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, caption=legend,
+                  caption_justify="left")
     columns = [
         ("decoder", "decoder", 0), ("W", "window", 0), ("n", "n_samples", 0), ("NFE", "nfe_mean", 1),
-        ("step x", "step_compression", 2), ("accept", "acceptance_rate", 3),
-        ("acc.nofresh", "acceptance_rate_no_fresh", 3), ("acc.len", "mean_accepted_length", 2),
-        ("growth", "growth_share", 3), ("lat. s", "latency_s_mean", 3),
+        ("step x", "step_compression", 2), ("accept", "acceptance_rate", 2),
+        ("acc.old", "acceptance_rate_no_fresh", 2), ("len", "mean_accepted_length", 2),
+        ("growth", "growth_share", 2), ("sec", "latency_s_mean", 3),
     ]
     for header, _, _ in columns:
-        table.add_column(header, justify="left" if header == "decoder" else "right")
+        table.add_column(header, justify="left" if header == "decoder" else "right", no_wrap=True)
     for summary in summaries:
         table.add_row(*[_fmt(summary.get(key), digits) for _, key, digits in columns])
     return table
