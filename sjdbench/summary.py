@@ -37,6 +37,7 @@ def summarize(rows: list[dict]) -> dict:
         "tokens_per_s": _ratio(total("n_tokens"), sum(latencies)),
         "growth_share": _ratio(total("growth_grew_accepted"), total("growth_eligible_accepted")),
         "growth_precision": _ratio(total("growth_flagged_accepted"), total("growth_flagged_verified")),
+        "growth_share_at_verify": _ratio(total("verify_grew_accepted"), total("verify_eligible_accepted")),
         "accept_len_hist": _pooled_list(rows, "accept_len_hist"),
         "slot_acceptance": [_ratio(a, v) for a, v in zip(_pooled_list(rows, "slot_accepted"), _pooled_list(rows, "slot_verified"))],
     }

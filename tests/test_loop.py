@@ -95,3 +95,15 @@ def test_cfg_branches_differ(adapter):
     adapter.new_cache(prompt, extra=1)
     logits = adapter.prefill(prompt, None)
     assert not torch.allclose(logits[0], logits[1])
+
+
+def test_growth_statistics_are_consistent(adapter):
+    result = jacobi_decode(adapter, "a", parts(16), adapter.default_sampling, torch.Generator().manual_seed(1))
+    row = result.stats.to_row()
+    assert 0 <= row["growth_grew_accepted"] <= row["growth_eligible_accepted"] <= row["accepted"]
+    assert 0 <= row["verify_grew_accepted"] <= row["verify_eligible_accepted"] <= row["accepted"]
+    assert row["growth_flagged_accepted"] <= row["growth_flagged_verified"] <= row["verified"]
+    # growth up to verification sees one more observation than at proposal time
+    assert row["verify_eligible_accepted"] >= row["growth_eligible_accepted"]
+    assert row["verify_eligible_accepted"] > 0
+    assert all(len(t["probs"]) >= 1 for t in row["trajectories"])

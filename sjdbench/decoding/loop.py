@@ -135,6 +135,10 @@ def jacobi_decode(
         p = process_logits(logits, masks.window(n, n + L), sampling)  # (L, V)
         if history is not None:
             history.push(positions, p)
+            # one growth mask per iteration over the whole window, now including this iteration's p:
+            # sliced for the verified drafts (growth up to verification) and for the proposal
+            growth_window = history.growth_mask(positions, parts.growth_steps, parts.strict_increases)  # (L, V)
+            observed = history.observations(positions)  # (L,)
         ctx.latest_argmax[n : n + L] = p.argmax(-1)
 
         u = torch.rand(L - 1, generator=generator, device=device)
@@ -148,18 +152,19 @@ def jacobi_decode(
         m = k + 1
         adapter.rollback(cache, L - m)
         ctx.guess[n : n + m] = tokens[n : n + m]
-        tracked = history is not None
-        stats.record_iteration(m, k, L - 1, content_cpu[n : n + L - 1], fresh[: L - 1],
-                               grew[: L - 1] if tracked else None, eligible[: L - 1] if tracked else None)
+        if history is not None:
+            grew_verify = growth_window[: L - 1].gather(-1, d[:, None]).squeeze(-1)
+            stats.record_iteration(m, k, L - 1, content_cpu[n : n + L - 1], fresh[: L - 1], grew[: L - 1],
+                                   eligible[: L - 1], grew_verify, observed[: L - 1] >= growth_obs)
+        else:
+            stats.record_iteration(m, k, L - 1, content_cpu[n : n + L - 1], fresh[: L - 1])
         for pos in traced.intersection(range(n, n + m)):
             if history is not None:
                 stats.trajectories.append({"pos": pos, "token": int(tokens[pos]), "probs": history.trajectory(pos, int(tokens[pos]))})
 
         if m < L:  # the proposal turns slots m..L-1 into next iteration's drafts
             rest = positions[m:]
-            growth = None
-            if history is not None:  # one growth mask per iteration, shared by VP and the statistics
-                growth = history.growth_mask(rest, parts.growth_steps, parts.strict_increases)  # (L-m, V)
+            growth = growth_window[m:] if history is not None else None  # (L-m, V)
             r, ref = vp_distribution(p[m:], rest, history, growth) if vp_distribution else (p[m:], p[m:])
             old = torch.cat([d[m:], d.new_zeros(1)])  # position n+L-1 had no draft yet
             old_q = torch.cat([q[m:], p.new_zeros(1, V)])
@@ -169,7 +174,7 @@ def jacobi_decode(
             fresh = np.zeros(L - m, dtype=bool)
             if growth is not None:
                 grew = growth.gather(-1, drafts[:, None]).squeeze(-1)
-                eligible = history.observations(rest) >= growth_obs
+                eligible = observed[m:] >= growth_obs
             else:
                 grew = eligible = torch.zeros(L - m, dtype=torch.bool, device=device)
             ctx.guess[n + m : n + L] = drafts

@@ -29,6 +29,9 @@ class DecodeStats:
     growth_grew_accepted: torch.Tensor | int = 0  # ... of which rose over the last N iterations
     growth_flagged_verified: torch.Tensor | int = 0  # verified drafts flagged M = 1
     growth_flagged_accepted: torch.Tensor | int = 0
+    # the same share, but with growth measured up to and including the verifying iteration's p
+    verify_eligible_accepted: torch.Tensor | int = 0
+    verify_grew_accepted: torch.Tensor | int = 0
     trajectories: list = field(default_factory=list)
 
     @staticmethod
@@ -40,8 +43,12 @@ class DecodeStats:
             slot_verified=np.zeros(max(window - 1, 1), dtype=np.int64),
         )
 
-    def record_iteration(self, m, k, n_drafts, content, fresh, grew, eligible) -> None:
-        """m committed, k drafts accepted out of n_drafts in the window; flags are per draft slot."""
+    def record_iteration(self, m, k, n_drafts, content, fresh, grew=None, eligible=None, grew_verify=None,
+                         eligible_verify=None) -> None:
+        """m committed, k drafts accepted out of n_drafts in the window; flags are per draft slot.
+
+        grew/eligible: the growth mask M on each draft when it was proposed (what VP can see);
+        grew_verify/eligible_verify: growth over the last N iterations ending at this verification."""
         self.iterations += 1
         self.accept_len_hist[m] += 1
         if n_drafts == 0:
@@ -67,6 +74,9 @@ class DecodeStats:
         self.growth_grew_accepted = self.growth_grew_accepted + (eligible & grew & acc_t).sum()
         self.growth_flagged_verified = self.growth_flagged_verified + (grew & ver_t).sum()
         self.growth_flagged_accepted = self.growth_flagged_accepted + (grew & acc_t).sum()
+        if grew_verify is not None:
+            self.verify_eligible_accepted = self.verify_eligible_accepted + (eligible_verify & acc_t).sum()
+            self.verify_grew_accepted = self.verify_grew_accepted + (eligible_verify & grew_verify & acc_t).sum()
 
     def to_row(self) -> dict:
         """Plain JSON-able dict for samples.jsonl."""
@@ -93,8 +103,11 @@ class DecodeStats:
             "growth_grew_accepted": as_int(self.growth_grew_accepted),
             "growth_flagged_verified": as_int(self.growth_flagged_verified),
             "growth_flagged_accepted": as_int(self.growth_flagged_accepted),
+            "verify_eligible_accepted": as_int(self.verify_eligible_accepted),
+            "verify_grew_accepted": as_int(self.verify_grew_accepted),
             "trajectories": self.trajectories,
         }
         row["growth_share"] = ratio(row["growth_grew_accepted"], row["growth_eligible_accepted"])
+        row["growth_share_at_verify"] = ratio(row["verify_grew_accepted"], row["verify_eligible_accepted"])
         row["growth_precision"] = ratio(row["growth_flagged_accepted"], row["growth_flagged_verified"])
         return row
