@@ -164,7 +164,9 @@ def run_status(point: GridPoint) -> str:
     wanted = len(prompts) * point.config.samples_per_prompt
     have = len(store.done_keys() & {(p.prompt_id, s) for p in prompts for s in range(point.config.samples_per_prompt)})
     sharded = point.config.data.shard is not None  # a shard writes no summary; its rows are its status
-    if have == wanted and (sharded or (summary and summary.get("complete"))):
+    # a summary written for another prompt selection (data.limit) is rewritten, not reported
+    summarised = bool(summary and summary.get("complete") and summary.get("n_wanted") == wanted)
+    if have == wanted and (sharded or summarised):
         return "done"
     return "partial" if have else "todo"
 

@@ -133,3 +133,11 @@ def test_sweep_over_shards_runs_them_as_jobs_and_merges(tmp_path):
     assert summary["complete"] and summary["n_samples"] == 4
     again = execute_sweep(build_plan(words(tmp_path, "decoder=sjd", "decoder.window=3", "data.limit=4", "data.shard=0/2,1/2"), add_baselines=False))
     assert [r.status for r in again if r.status != "merged"] == ["done", "done"]
+
+
+def test_summary_follows_the_requested_selection(tmp_path):
+    execute(compose_run([*SMALL, f"results_dir={tmp_path}", "data.limit=4", "decoder=sjd", "decoder.window=3"]))
+    plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=3"), add_baselines=False)  # data.limit=2
+    results = execute_sweep(plan)
+    assert [r.status for r in results] == ["complete"]  # nothing decoded, summary rewritten
+    assert RunStore(tmp_path, plan.points[0].run_id).summary()["n_samples"] == 2
