@@ -33,6 +33,7 @@ class ModelConfig:
 class LanternConfig:
     k: int = 1000  # neighbourhood search size
     delta: float = 0.1  # TV budget per token (> 1: LANTERN++ multiplicative bound)
+    zero_on: str = "all"  # residual: q zeroed on all k neighbours (LANTERN) | moved: only those in A
 
 
 @dataclass

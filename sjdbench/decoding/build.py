@@ -41,6 +41,8 @@ def validate_decoder(cfg) -> None:
         raise UserError(f"decoder.gamma must be in (0, 1], got {cfg.gamma}")
     if cfg.history < 1:
         raise UserError(f"decoder.history must be >= 1, got {cfg.history}")
+    if cfg.lantern.zero_on not in ("all", "moved"):
+        raise UserError(f"unknown decoder.lantern.zero_on '{cfg.lantern.zero_on}'; choose one of: all, moved")
     if cfg.lantern.delta < 0 or cfg.lantern.k < 1:
         raise UserError("decoder.lantern needs k >= 1 and delta >= 0")
     if cfg.gsd.group_size < 0:
@@ -67,7 +69,7 @@ def build_verifier(cfg, adapter):
         return GreedyVerifier()
     if cfg.verifier == "lantern":
         table = neighbour_table(adapter.codebook(), cfg.lantern.k, cache_dir(), adapter.name)
-        return LanternVerifier(table, adapter.image_token_ids, adapter.vocab_size, cfg.lantern.delta)
+        return LanternVerifier(table, adapter.image_token_ids, adapter.vocab_size, cfg.lantern.delta, cfg.lantern.zero_on)
     return GSDVerifier(adapter.token_embeddings().to(adapter.device), cfg.gsd.group_size, cfg.gsd.p_thr, cfg.gsd.d_thr)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from sjdbench.decoding.history import ProbabilityHistory
-from sjdbench.decoding.inits import Init, InitContext
+from sjdbench.decoding.inits import Init, InitContext, neighbour_tables
 from sjdbench.decoding.processing import StructureMasks, one_hot, process_logits, sample
 from sjdbench.decoding.stats import DecodeStats
 from sjdbench.models.base import ImageARAdapter, Sampling
@@ -58,7 +58,8 @@ class LoopConstants:
     forced: torch.Tensor  # (N,) on device
     content: np.ndarray  # (N,) bool on host
     masks: StructureMasks
-    grid_position: torch.Tensor  # (h, w) on device
+    left_of: np.ndarray  # (N,) host neighbour tables for the spatial inits
+    above_of: np.ndarray
 
 
 def loop_constants(adapter: ImageARAdapter) -> LoopConstants:
@@ -69,7 +70,8 @@ def loop_constants(adapter: ImageARAdapter) -> LoopConstants:
     legal = torch.zeros(adapter.vocab_size, dtype=torch.bool, device=device)
     legal[adapter.image_token_ids] = True
     forced = layout.forced.to(device)
-    constants = LoopConstants(forced, (layout.forced < 0).numpy(), StructureMasks(forced, legal), layout.position_of().to(device))
+    left_of, above_of = neighbour_tables(layout)
+    constants = LoopConstants(forced, (layout.forced < 0).numpy(), StructureMasks(forced, legal), left_of, above_of)
     try:
         adapter._loop_constants = constants
     except AttributeError:  # adapters with __slots__: rebuild each call
@@ -104,9 +106,12 @@ def jacobi_decode(
 
     depth = max(parts.growth_steps + 1, getattr(getattr(parts.proposal, "settings", None), "history", 0) + 1, 8)
     vp_distribution = getattr(parts.proposal, "proposal_distribution", None)
+    vp_settings = getattr(parts.proposal, "settings", None)
+    if vp_settings is not None and (vp_settings.growth_steps, vp_settings.strict_increases) != (parts.growth_steps, parts.strict_increases):
+        raise ValueError("VP's growth_steps/reading must equal the decoder's: the loop computes one growth mask for both")
     keep_history = W > 1 and (parts.track_growth or vp_distribution is not None)
     history = ProbabilityHistory(W, depth, V, device) if keep_history else None
-    ctx = InitContext(layout, constants.grid_position, adapter.image_token_ids, tokens.clone(),
+    ctx = InitContext(layout, constants.forced, constants.left_of, constants.above_of, adapter.image_token_ids, tokens.clone(),
                       torch.full((N,), -1, dtype=torch.long, device=device))
     drafts = torch.empty(0, dtype=torch.long, device=device)  # drafts for positions n, n+1, ...
     refs = torch.empty(0, V, device=device)  # their references q

@@ -88,17 +88,22 @@ class LanternVerifier:
 
     Walk x's neighbours nearest first and take the longest prefix A with p(A) <= delta (or
     <= (delta-1) p(x) when delta > 1, LANTERN++'s multiplicative bound); accept with
-    min(1, (p(x)+p(A))/q(x)). On rejection draw from norm([p - q']_+) where q' is q zeroed on A
-    (our reading of "zeroed on x's neighbours": the neighbours whose mass was moved). The moved mass
-    is the total-variation shift, so delta bounds it per token. Lossy by design.
+    min(1, (p(x)+p(A))/q(x)). On rejection draw from norm([p - q']_+) where q' is q zeroed on x's
+    k neighbours (`zero_on="all"`, LANTERN's rule) or only on A (`zero_on="moved"`). For a
+    deterministic draft the moved mass bounds the total-variation shift by delta per token; for a
+    stochastic draft (Jacobi resample) each draft can gain min(q(d), moved(d)), which may exceed delta.
+    Lossy by design.
     """
 
     greedy = False
     lossless = False
 
-    def __init__(self, neighbours: torch.Tensor, image_token_ids: torch.Tensor, vocab_size: int, delta: float) -> None:
+    def __init__(self, neighbours: torch.Tensor, image_token_ids: torch.Tensor, vocab_size: int, delta: float,
+                 zero_on: str = "all") -> None:
+        if zero_on not in ("all", "moved"):
+            raise ValueError(f"unknown lantern zero_on '{zero_on}'; choose all or moved")
         device = image_token_ids.device
-        self.delta = delta
+        self.delta, self.zero_on = delta, zero_on
         self.neighbour_tokens = image_token_ids[neighbours.long().to(device)]  # (K, k) token ids
         self.code_of = torch.full((vocab_size,), -1, dtype=torch.long, device=device)
         self.code_of[image_token_ids] = torch.arange(image_token_ids.numel(), device=device)
@@ -123,6 +128,9 @@ class LanternVerifier:
     def replacement(self, p, q, draft) -> torch.Tensor:
         _, included = self.moved_mass(p[None], draft[None])
         ids = included[0]
+        code = self.code_of[draft]
+        if self.zero_on == "all":
+            ids = torch.where(code >= 0, self.neighbour_tokens[code.clamp_min(0)], -1)
         q_zeroed = q.clone()
         q_zeroed[ids.clamp_min(0)] = torch.where(ids >= 0, 0.0, q_zeroed[ids.clamp_min(0)])
         return residual(p, q_zeroed)
