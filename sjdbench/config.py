@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -246,7 +246,3 @@ def run_id_for(config: RunConfig, prompts_sha: str, device_type: str) -> str:
 
 def to_yaml(config: RunConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(config))
-
-
-def override_list(values: Optional[List[str]]) -> list[str]:
-    return list(values or [])

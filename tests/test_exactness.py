@@ -153,3 +153,13 @@ def test_relaxed_verifiers_tv_and_acceptance(kind, per_token_bound, exact):
     assert acc >= acc_sjd
     if per_token_bound is not None:
         assert tv <= 4 * per_token_bound + 3 * noise
+
+
+def test_decoder_fit_helper_reports_a_fit():
+    """The public helper users run on their own decoders (small n here: a smoke check of the API)."""
+    from sjdbench.exactness import decoder_fit
+
+    adapter = TabulatedAdapter(enumerable_adapter(), PROMPT)
+    fit = decoder_fit(adapter, make_parts("sjd"), adapter.default_sampling, n_samples=300, seed=1)
+    assert fit.n_samples == 300 and 0 <= fit.p_value <= 1 and fit.tv > 0 and fit.mean_nfe > 1
+    assert "chi2=" in str(fit)

@@ -119,3 +119,13 @@ def test_prompt_files(tmp_path):
     assert [(p.prompt_id, p.text) for p in prompts] == [(1, "a fish")]
     with pytest.raises(UserError, match="no column 'caption'"):
         load_prompts(compose_run(["data=file", f"data.path={csv_file}", "data.column=caption"]).data)
+
+
+def test_load_runs_collects_summaries(tmp_path):
+    from sjdbench.store import load_runs
+
+    execute(config(tmp_path, "data.limit=1"))
+    execute(config(tmp_path, "data.limit=1", "decoder=ar"))
+    frame = load_runs(tmp_path)
+    assert sorted(frame["decoder"]) == ["ar", "sjd"]
+    assert (frame.loc[frame.decoder == "ar", "step_compression"] == 1.0).all()
