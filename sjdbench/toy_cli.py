@@ -11,7 +11,7 @@ toy_app = typer.Typer(help="The embedded toy model: training and calibration.", 
 
 def _fail(message: str) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code=1)
+    raise typer.Exit(code=2)  # same exit code as the main CLI's user errors
 
 
 @toy_app.command("train")

@@ -38,15 +38,8 @@ class StructureMasks:
 
 
 def structure_mask(forced: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
-    """Boolean (L, V) mask of allowed ids: `legal` (V,) at content positions, only the forced id elsewhere."""
-    L, V = forced.shape[0], legal.shape[0]
-    allowed = legal.expand(L, V).clone()
-    is_forced = forced >= 0
-    if bool(is_forced.any()):
-        rows = torch.nonzero(is_forced).squeeze(1)
-        allowed[rows] = False
-        allowed[rows, forced[rows]] = True
-    return allowed
+    """Boolean (L, V) mask of allowed ids for positions with forced ids `forced` (L,)."""
+    return StructureMasks(forced, legal).window(0, forced.shape[0])
 
 
 def process_logits(logits: torch.Tensor, allowed: torch.Tensor, sampling: Sampling) -> torch.Tensor:
