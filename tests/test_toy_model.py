@@ -91,3 +91,13 @@ def test_jacobi_decode_makes_an_image(adapter):
     image = adapter.decode(res.tokens)
     assert image.shape == (64, 64, 3) and image.dtype.name == "uint8"
     assert res.stats.to_row()["step_compression"] > 1.0
+
+
+def test_shipped_weights_read_captions_as_words(adapter):
+    from sjdbench.models.toy.model import load_meta
+    from sjdbench.models.toy.text import grammar_words
+
+    meta = load_meta()
+    assert meta["text"] == {"kind": "words", "vocab": grammar_words()}
+    prompt = adapter.encode_prompt("a big red circle in the center, on a blue striped background")
+    assert prompt.tokens.shape[1] == 2 + 13  # <bos> + 13 words and commas + <boi>

@@ -59,3 +59,28 @@ def test_tokenizer_fit_is_seeded():
     a = PatchTokenizer.fit(images, k=64, iters=5, seed=1)
     b = PatchTokenizer.fit(images, k=64, iters=5, seed=1)
     assert np.array_equal(a.codebook().numpy(), b.codebook().numpy())
+
+
+def test_attribute_swaps_change_exactly_one_attribute():
+    from sjdbench.models.toy.clip import hard_negative_captions, swapped_captions
+    from sjdbench.models.toy.world import COLOURS, SHAPES, attribute_alternatives, caption, render_scenes
+
+    images, scenes = render_scenes(8, 0, 12)
+    assert images.shape == (12, 64, 64, 3)
+    for scene in scenes:
+        for k, obj in enumerate(scene.objects):
+            shapes = attribute_alternatives(scene, k, "shape")
+            colours = attribute_alternatives(scene, k, "colour")
+            assert sorted(shapes + [obj.shape]) == sorted(SHAPES)
+            assert obj.colour not in colours and scene.background.colour not in colours
+            assert len(colours) == len(COLOURS) - 2
+            caps = swapped_captions(scene, k, "shape")
+            assert caps[0] == caption(scene) and len(set(caps)) == len(SHAPES)
+    negatives = hard_negative_captions(scenes, np.random.default_rng(0), n_shape=5, n_colour=1)
+    assert len(negatives) == 12 * 6
+    true = {caption(s) for s in scenes}
+    assert not true & set(negatives)
+    # a shape swap keeps the caption's words except the shape words
+    for scene, neg in zip(scenes, negatives[: 12 * 5 : 5]):  # scene-major: 5 shape swaps per scene
+        diff = [(a, b) for a, b in zip(caption(scene).split(), neg.split()) if a != b]
+        assert diff and all(a.strip(",") in SHAPES and b.strip(",") in SHAPES for a, b in diff)

@@ -1,7 +1,9 @@
 """Adapter shared by our own LLaMA-style image models (debug and toy).
 
-Vocabulary: 5 special ids, 96 printable-ASCII text ids, then the K image codes:
+Vocabulary: 5 special ids, 96 text ids, then the K image codes:
     0 <pad>  1 <bos>  2 <boi>  3 <eol>  4 <eoi>  5..100 text  101..101+K-1 image codes
+Text ids are printable-ASCII characters by default; a model may bring its own text encoder that maps
+into the same range (the toy model uses words).
 Prompt (conditional):   <bos> caption <boi>
 Prompt (unconditional): <bos> <boi>, left-padded to the same length (padding is masked out), which
 is also what the toy model sees for the ~10% caption dropout in training, so CFG works.
@@ -36,9 +38,9 @@ def encode_text(text: str, max_chars: int = MAX_CAPTION_CHARS) -> list[int]:
     return ids
 
 
-def prompt_tokens(caption: str | None) -> list[int]:
+def prompt_tokens(caption: str | None, encode: Callable[[str], list[int]] = encode_text) -> list[int]:
     """The conditional prompt for a caption, or the unconditional one for None."""
-    return [BOS] + ([] if caption is None else encode_text(caption)) + [BOI]
+    return [BOS] + ([] if caption is None else encode(caption)) + [BOI]
 
 
 class LlamaImageAdapter:
@@ -53,6 +55,7 @@ class LlamaImageAdapter:
         sampling: Sampling,
         decode_codes: Callable[[torch.Tensor], np.ndarray],
         codebook: torch.Tensor,
+        encode_text: Callable[[str], list[int]] = encode_text,
     ) -> None:
         self.name = name
         self.model = model.eval()
@@ -62,13 +65,14 @@ class LlamaImageAdapter:
         self.default_sampling = sampling
         self._decode_codes = decode_codes
         self._codebook = codebook
+        self._encode_text = encode_text  # caption -> text ids (characters by default; words for the toy)
         self.device = next(model.parameters()).device
         self.image_token_ids = torch.arange(CODE_OFFSET, CODE_OFFSET + n_codes, device=self.device)
         self._prompt_len = 0
 
     # -- prompt and cache -------------------------------------------------------------------
     def encode_prompt(self, text: str) -> PromptBatch:
-        cond, uncond = prompt_tokens(text), prompt_tokens(None)
+        cond, uncond = prompt_tokens(text, self._encode_text), prompt_tokens(None)
         length = len(cond)
         tokens = torch.full((2, length), PAD, dtype=torch.long)
         tokens[0] = torch.tensor(cond)

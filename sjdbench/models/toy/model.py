@@ -3,12 +3,14 @@
 `build_toy_adapter()` loads the shipped weights from `sjdbench/models/toy/weights/`:
     toy_lm.safetensors         transformer weights
     toy_tokenizer.safetensors  k-means patch codebook (K, 48)
-    toy.json                   exact model config, layout, sampling defaults, training config, losses
+    toy.json                   exact model config, layout, caption vocabulary, sampling defaults,
+                               training config, losses
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -16,7 +18,8 @@ from safetensors.torch import load_file
 
 from sjdbench.models.base import Sampling, SegmentLayout
 from sjdbench.models.llama import Llama, LlamaConfig
-from sjdbench.models.llama_adapter import EOI, EOL, LlamaImageAdapter
+from sjdbench.models.llama_adapter import EOI, EOL, LlamaImageAdapter, encode_text
+from sjdbench.models.toy.text import WordTokenizer
 from sjdbench.models.toy.tokenizer import PatchTokenizer
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
@@ -68,7 +71,17 @@ def build_toy_adapter(
         return tokenizer.decode(codes)
 
     sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p)
-    return LlamaImageAdapter("toy", model, tokenizer.n_codes, layout, sampling, decode_codes, tokenizer.codebook())
+    return LlamaImageAdapter(
+        "toy", model, tokenizer.n_codes, layout, sampling, decode_codes, tokenizer.codebook(), caption_encoder(meta)
+    )
+
+
+def caption_encoder(meta: dict) -> Callable[[str], list[int]]:
+    """The caption tokenization the weights were trained with (words; older weights: characters)."""
+    text = meta.get("text") or {"kind": "chars"}
+    if text["kind"] == "words":
+        return WordTokenizer(text["vocab"])
+    return encode_text
 
 
 def load_toy_tokenizer(weights_dir: str | Path | None = None) -> PatchTokenizer:

@@ -1,6 +1,6 @@
 """Training of the toy model: tokenizer fit, dataset encoding and the transformer, seeded and resumable.
 
-Sequences are `prompt_tokens(caption) + segment` where the segment is the 16x16 code grid with an
+Sequences are `prompt_tokens(caption) + segment` (captions as word ids, see `text.py`) where the segment is the 16x16 code grid with an
 <eol> after each row. Prompts in a batch are left-padded with PAD (masked out) to the batch's longest
 prompt, which is exactly how `LlamaImageAdapter.encode_prompt` builds the unconditional CFG branch;
 with probability `caption_dropout` the caption is replaced by the unconditional prompt. The loss is
@@ -16,6 +16,7 @@ import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -23,13 +24,14 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from sjdbench.models.llama import Llama, LlamaConfig
-from sjdbench.models.llama_adapter import CODE_OFFSET, EOL, PAD, prompt_tokens, vocab_size_for
+from sjdbench.models.llama_adapter import CODE_OFFSET, EOL, PAD, encode_text, prompt_tokens, vocab_size_for
 from sjdbench.models.toy import model as toy_model
+from sjdbench.models.toy.text import WordTokenizer, grammar_words
 from sjdbench.models.toy.tokenizer import GRID, PatchTokenizer, roundtrip_error
 from sjdbench.models.toy.world import render_batch
 
 
-SHIPPED_STEPS = 1000  # the step count of the shipped weights (see docs/TOY.md for the exact recipe)
+SHIPPED_STEPS = 2500  # the step count of the shipped weights (see docs/TOY.md for the exact recipe)
 
 
 @dataclass
@@ -44,6 +46,7 @@ class TrainConfig:
     weight_decay: float = 0.05
     grad_clip: float = 1.0
     caption_dropout: float = 0.1
+    text: str = "words"  # caption tokens: "words" (toy grammar vocabulary) or "chars" (printable ASCII)
     n_train: int = 20000
     n_val: int = 256
     n_codes: int = 512
@@ -68,11 +71,20 @@ def segment_tokens(codes: torch.Tensor, row_end_token: bool) -> torch.Tensor:
     return ids.reshape(ids.shape[0], -1)
 
 
+def text_encoder(cfg: TrainConfig) -> Callable[[str], list[int]]:
+    if cfg.text == "words":
+        return WordTokenizer(grammar_words())
+    if cfg.text == "chars":
+        return encode_text
+    raise ValueError(f"unknown caption tokenization {cfg.text!r}; valid: words, chars")
+
+
 def make_batch(
-    codes: torch.Tensor, captions: list[str], idx: np.ndarray, drop: np.ndarray, row_end_token: bool
+    codes: torch.Tensor, captions: list[str], idx: np.ndarray, drop: np.ndarray, row_end_token: bool,
+    encode: Callable[[str], list[int]] = encode_text,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Left-padded sequences (B, P + N) and pad mask; P = longest prompt in the batch."""
-    prompts = [prompt_tokens(None if d else captions[i]) for i, d in zip(idx, drop)]
+    prompts = [prompt_tokens(None if d else captions[i], encode) for i, d in zip(idx, drop)]
     P = max(len(p) for p in prompts)
     seg = segment_tokens(codes[torch.as_tensor(idx)], row_end_token)
     seq = torch.full((len(idx), P + seg.shape[1]), PAD, dtype=torch.long)
@@ -150,7 +162,7 @@ def evaluate(model: Llama, data: dict, cfg: TrainConfig, unconditional: bool = F
     totals, code_losses = [], []
     for start in range(0, len(caps), cfg.batch_size):
         idx = np.arange(start, min(start + cfg.batch_size, len(caps)))
-        seq, mask, P = make_batch(codes, caps, idx, np.full(len(idx), unconditional), cfg.row_end_token)
+        seq, mask, P = make_batch(codes, caps, idx, np.full(len(idx), unconditional), cfg.row_end_token, text_encoder(cfg))
         loss, per = sequence_loss(model, seq, mask, P)
         totals.append(per)
         is_code = seq[:, P:] >= CODE_OFFSET
@@ -216,9 +228,9 @@ def train_toy(
     state = None
     if resume and ckpt_path.exists():
         state = torch.load(ckpt_path, weights_only=False)
-        saved = TrainConfig(**state["cfg"])
-        if (saved.seed, saved.dim, saved.n_layers, saved.n_codes, saved.row_end_token) != (
-            cfg.seed, cfg.dim, cfg.n_layers, cfg.n_codes, cfg.row_end_token
+        saved = TrainConfig(**{"text": "chars", **state["cfg"]})  # checkpoints before `text` were character-level
+        if (saved.seed, saved.dim, saved.n_layers, saved.n_codes, saved.row_end_token, saved.text) != (
+            cfg.seed, cfg.dim, cfg.n_layers, cfg.n_codes, cfg.row_end_token, cfg.text
         ):
             raise ValueError(f"{ckpt_path} was written by a different configuration; use --no-resume to start over")
         if steps is not None:  # a longer (or shorter) run continues the same stream and schedule shape
@@ -258,6 +270,7 @@ def train_toy(
         tmp.replace(ckpt_path)
         _save_curve(out_dir, log_rows)
 
+    encode = text_encoder(cfg)
     model.train()
     last_ckpt = time.time()
     window: list[float] = []
@@ -268,7 +281,7 @@ def train_toy(
             rng = np.random.default_rng([cfg.seed, 7, step])
             idx = rng.integers(0, len(captions), cfg.batch_size)
             drop = rng.random(cfg.batch_size) < cfg.caption_dropout
-            seq, mask, P = make_batch(codes, captions, idx, drop, cfg.row_end_token)
+            seq, mask, P = make_batch(codes, captions, idx, drop, cfg.row_end_token, encode)
             total = cfg.steps or 10**9
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, total, cfg)
@@ -313,6 +326,7 @@ def export(out_dir: Path, model: Llama, cfg: TrainConfig, data: dict, log_rows: 
             "kind": "kmeans-4x4-rgb-patches", "n_codes": cfg.n_codes, "patch": 4, "image_size": 64,
             "roundtrip_val": data["tokenizer_roundtrip"], "near_duplicate_pairs_rms": data["near_duplicate_pairs"],
         },
+        "text": {"kind": cfg.text, "vocab": grammar_words() if cfg.text == "words" else None},
         "sampling_defaults": {"cfg_scale": toy_model.DEFAULT_CFG_SCALE, "temperature": 1.0, "top_k": toy_model.DEFAULT_TOP_K, "top_p": 1.0},
         "train": asdict(cfg),
         "final": {

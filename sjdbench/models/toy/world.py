@@ -9,7 +9,7 @@ numpy Generator, so `dataset(seed, n)` is reproducible.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 import numpy as np
@@ -238,6 +238,29 @@ def render(scene: Scene) -> np.ndarray:
         col = np.array(COLOURS[o.colour])[None, :] * lit[mask][:, None]
         img[mask] = col
     return (np.clip(img, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+
+
+def render_scenes(seed: int, start: int, n: int) -> tuple[np.ndarray, list[Scene]]:
+    """Like `render_batch`, but returns the scenes themselves (for attribute-swapped captions)."""
+    scenes = [sample_scene(np.random.default_rng([seed, i])) for i in range(start, start + n)]
+    return np.stack([render(s) for s in scenes]), scenes
+
+
+def attribute_alternatives(scene: Scene, k: int, attribute: str) -> list[str]:
+    """Values object k's shape or colour could take instead (colours: never its own or the background's)."""
+    obj = scene.objects[k]
+    if attribute == "shape":
+        return [v for v in SHAPES if v != obj.shape]
+    if attribute == "colour":
+        return [v for v in COLOURS if v not in (obj.colour, scene.background.colour)]
+    raise ValueError(f"unknown attribute {attribute!r}; valid: shape, colour")
+
+
+def with_attribute(scene: Scene, k: int, attribute: str, value: str) -> Scene:
+    """A copy of the scene whose object k has another shape or colour (for captions, not rendering)."""
+    objects = list(scene.objects)
+    objects[k] = replace(objects[k], **{attribute: value})
+    return Scene(objects, scene.background)
 
 
 def dataset(seed: int, n: int) -> Iterator[tuple[np.ndarray, str]]:
