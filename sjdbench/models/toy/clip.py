@@ -147,14 +147,15 @@ def swapped_captions(scene: Scene, k: int, attribute: str) -> list[str]:
 
 def attribute_accuracy(clip: ToyClip, images: np.ndarray, scenes: list[Scene], attribute: str) -> dict:
     """Share of (image, object) pairs where toy CLIP ranks the true caption above every swap."""
-    hits, chance = [], []
+    groups = [(b, swapped_captions(scene, k, attribute)) for b, scene in enumerate(scenes) for k in range(len(scene.objects))]
     image_feats = clip.image_features(images)  # (B, D), L2-normalised
-    for feat, scene in zip(image_feats, scenes):
-        for k in range(len(scene.objects)):
-            caps = swapped_captions(scene, k, attribute)
-            cos = clip.text_features(caps) @ feat  # (C,) raw cosines: no clamping, so no ties at 0
-            hits.append(bool(torch.argmax(cos) == 0))
-            chance.append(1.0 / len(caps))
+    text_feats = clip.text_features([c for _, caps in groups for c in caps])  # all captions in large batches
+    hits, chance, start = [], [], 0
+    for b, caps in groups:
+        cos = text_feats[start : start + len(caps)] @ image_feats[b]  # (C,) raw cosines: no ties at 0
+        start += len(caps)
+        hits.append(bool(torch.argmax(cos) == 0))
+        chance.append(1.0 / len(caps))
     return {"accuracy": float(np.mean(hits)), "chance": float(np.mean(chance)), "n": len(hits)}
 
 
