@@ -40,7 +40,9 @@ class LanternConfig:
 class GSDConfig:
     group_size: int = 50  # G
     p_thr: float = 0.15
-    d_thr: float = 0.5  # squared L2 between token input embeddings
+    # squared L2 between token input embeddings; null: the model's own value (`adapter.gsd_d_thr`),
+    # because the distance is in the units of each model's embedding table
+    d_thr: Optional[float] = None
 
 
 @dataclass

@@ -14,7 +14,7 @@ import torch
 
 from sjdbench.config import RunConfig, results_root, run_id_for, to_yaml
 from sjdbench.datasets import Prompt, load_prompts
-from sjdbench.decoding.build import build_decoder
+from sjdbench.decoding.build import build_decoder, gsd_d_thr
 from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.models.base import Sampling
 from sjdbench.models.registry import build_adapter, resolve_device
@@ -74,7 +74,10 @@ def execute(config: RunConfig, progress: Progress | None = None, adapter: Any = 
         adapter = build_adapter(config.model.name, dict(config.model.options), device)
     parts = build_decoder(config.decoder, adapter)
     sampling = resolve_sampling(adapter.default_sampling, config.sampling)
-    store.prepare(to_yaml(config), {**environment(device), "prompts_sha": sha, "sampling": asdict(sampling)})
+    resolved = {"sampling": asdict(sampling)}
+    if config.decoder.verifier == "gsd":  # null in the config means the model's value: record which
+        resolved["gsd_d_thr"] = gsd_d_thr(config.decoder, adapter)
+    store.prepare(to_yaml(config), {**environment(device), "prompts_sha": sha, **resolved})
 
     if todo and config.warmup:
         for i in range(config.warmup):  # untimed: first-call allocations and lazy init

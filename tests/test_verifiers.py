@@ -137,3 +137,25 @@ def test_gsd_group_filters():
     # token 0: |0.4-0.3| < 0.15 and close embedding -> kept; token 2: far embedding -> dropped;
     # token 3: |0.1-0.3| >= 0.15 -> dropped
     assert kept == [0, 1]
+
+
+def test_gsd_distance_threshold_defaults_to_the_models_value():
+    """d_thr is in each model's embedding units: null takes the adapter's value, else the paper's 0.5."""
+    from types import SimpleNamespace
+
+    from sjdbench.config import GSDConfig
+    from sjdbench.decoding.build import PAPER_GSD_D_THR, gsd_d_thr
+    from sjdbench.models.toy.model import GSD_D_THR, build_toy_adapter
+
+    cfg = SimpleNamespace(gsd=GSDConfig())
+    assert cfg.gsd.d_thr is None
+    toy = build_toy_adapter()
+    assert gsd_d_thr(cfg, toy) == GSD_D_THR
+    assert gsd_d_thr(cfg, SimpleNamespace()) == PAPER_GSD_D_THR
+    assert gsd_d_thr(SimpleNamespace(gsd=GSDConfig(d_thr=0.7)), toy) == 0.7
+    # on the toy, the paper's absolute 0.5 leaves every code alone (GSD would equal SJD); GSD_D_THR does not
+    emb = toy.token_embeddings()[toy.image_token_ids].float()
+    dist = torch.cdist(emb, emb).pow(2).fill_diagonal_(float("inf"))
+    assert (dist < PAPER_GSD_D_THR).sum() == 0
+    neighbours = (dist < GSD_D_THR).sum(1).float().mean()
+    assert 1.0 < neighbours < 20.0

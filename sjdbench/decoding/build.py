@@ -13,6 +13,7 @@ from sjdbench.errors import UserError
 
 PROPOSALS = ("resample", "coupled")
 VERIFIERS = ("exact", "greedy", "lantern", "gsd")
+PAPER_GSD_D_THR = 0.5  # So et al.'s value on Lumina-mGPT's token embeddings
 CHOICES = {
     "proposal": PROPOSALS,
     "verifier": VERIFIERS,
@@ -47,6 +48,8 @@ def validate_decoder(cfg) -> None:
         raise UserError("decoder.lantern needs k >= 1 and delta >= 0")
     if cfg.gsd.group_size < 0:
         raise UserError("decoder.gsd.group_size must be >= 0")
+    if cfg.gsd.d_thr is not None and cfg.gsd.d_thr <= 0:
+        raise UserError(f"decoder.gsd.d_thr must be > 0 (or null for the model's value), got {cfg.gsd.d_thr}")
 
 
 def vp_settings(cfg) -> VPSettings:
@@ -70,7 +73,19 @@ def build_verifier(cfg, adapter):
     if cfg.verifier == "lantern":
         table = neighbour_table(adapter.codebook(), cfg.lantern.k, cache_dir(), adapter.name)
         return LanternVerifier(table, adapter.image_token_ids, adapter.vocab_size, cfg.lantern.delta, cfg.lantern.zero_on)
-    return GSDVerifier(adapter.token_embeddings().to(adapter.device), cfg.gsd.group_size, cfg.gsd.p_thr, cfg.gsd.d_thr)
+    return GSDVerifier(adapter.token_embeddings().to(adapter.device), cfg.gsd.group_size, cfg.gsd.p_thr, gsd_d_thr(cfg, adapter))
+
+
+def gsd_d_thr(cfg, adapter) -> float:
+    """GSD's embedding-distance threshold: the config's, else the model's, else the paper's 0.5.
+
+    Why per model: the threshold is an absolute squared distance between input embeddings, whose
+    scale differs from model to model (0.5 is the published value for Lumina-mGPT; on the toy no
+    two codes are that close, so GSD would silently equal SJD).
+    """
+    if cfg.gsd.d_thr is not None:
+        return float(cfg.gsd.d_thr)
+    return float(getattr(adapter, "gsd_d_thr", PAPER_GSD_D_THR))
 
 
 def build_decoder(cfg, adapter) -> DecoderParts:

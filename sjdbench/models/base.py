@@ -115,5 +115,9 @@ class ImageARAdapter(Protocol):
         ...
 
     def token_embeddings(self) -> torch.Tensor:
-        """Input embeddings (V, D) of the language model; for GSD's grouping distance."""
+        """Input embeddings (V, D) of the language model; for GSD's grouping distance.
+
+        An adapter may also set `gsd_d_thr` (float): GSD's squared-distance threshold in the units
+        of these embeddings, used when `decoder.gsd.d_thr` is null (default 0.5, the paper's).
+        """
         ...

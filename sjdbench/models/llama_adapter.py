@@ -46,6 +46,8 @@ def prompt_tokens(caption: str | None, encode: Callable[[str], list[int]] = enco
 class LlamaImageAdapter:
     """Drives a `Llama` whose generated segment is a (h, w) grid of codes, optional <eol>/<eoi>."""
 
+    gsd_d_thr: float = 0.5  # GSD's embedding-distance threshold in this model's units (see decoding/build.py)
+
     def __init__(
         self,
         name: str,
