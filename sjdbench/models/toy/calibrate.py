@@ -26,18 +26,13 @@ from sjdbench.decoding.loop import DecoderParts, jacobi_decode
 from sjdbench.decoding.processing import process_logits, structure_mask
 from sjdbench.decoding.proposals import ResampleProposal
 from sjdbench.decoding.verifiers import ExactVerifier
-from sjdbench.models.toy.world import Scene, render_batch, render_scenes
+from sjdbench.models.toy.world import render_batch, render_scenes
 
 HELD_OUT_SEED = 90210
 
 
 def held_out(n: int) -> tuple[np.ndarray, list[str]]:
     return render_batch(HELD_OUT_SEED, 0, n)
-
-
-def held_out_scenes(n: int) -> list[Scene]:
-    """The scenes behind `held_out(n)` (same generator stream as `render_batch`)."""
-    return render_scenes(HELD_OUT_SEED, 0, n)[1]
 
 
 def sjd_runs(adapter, captions: list[str], window: int, sampling=None) -> tuple[dict, list[torch.Tensor]]:
@@ -142,13 +137,12 @@ def calibrate(
 
         clip = load_toy_clip(weights_dir)
         arr = np.stack(images)
-        refs, _ = held_out(n)
+        refs, scenes = render_scenes(HELD_OUT_SEED, 0, n)  # the scenes behind `caps`
         out["clip_score_ar_matched"] = float(clip.clip_score(arr, caps).mean())
         out["clip_score_ar_shuffled"] = float(clip.clip_score(arr, list(np.roll(caps, 1))).mean())
         out["clip_score_renders_matched"] = float(clip.clip_score(refs, caps).mean())
         from sjdbench.models.toy.clip import attribute_accuracy
 
-        scenes = held_out_scenes(n)
         for attribute in ("shape", "colour"):
             out[f"{attribute}_accuracy_ar"] = attribute_accuracy(clip, arr, scenes, attribute)
             out[f"{attribute}_accuracy_renders"] = attribute_accuracy(clip, refs, scenes, attribute)

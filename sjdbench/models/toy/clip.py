@@ -238,11 +238,11 @@ def train_toy_clip(
             step += 1
             progress.update(task, completed=step, description=f"toy CLIP loss {losses[-1]:.3f}")
     model.eval()
-    val_images, val_caps = render_batch(seed + 777, 0, 256)
+    val_images, val_scenes = render_scenes(seed + 777, 0, 256)
+    val_caps = [caption(s) for s in val_scenes]
     acc = _retrieval_accuracy(clip, val_images, val_caps)
     matched = clip.clip_score(val_images, val_caps).mean()
     shuffled = clip.clip_score(val_images, list(np.roll(val_caps, 1))).mean()
-    _, val_scenes = render_scenes(seed + 777, 0, 256)
     swaps = {a: attribute_accuracy(clip, val_images, val_scenes, a) for a in ("shape", "colour")}
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out_dir / CLIP_FILE))
     meta = {
