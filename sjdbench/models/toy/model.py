@@ -18,8 +18,8 @@ from safetensors.torch import load_file
 
 from sjdbench.models.base import Sampling, SegmentLayout
 from sjdbench.models.llama import Llama, LlamaConfig
-from sjdbench.models.llama_adapter import EOI, EOL, LlamaImageAdapter, encode_text
-from sjdbench.models.toy.text import WordTokenizer
+from sjdbench.models.llama_adapter import EOI, EOL, LlamaImageAdapter
+from sjdbench.models.toy.text import caption_encoder
 from sjdbench.models.toy.tokenizer import PatchTokenizer
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
@@ -76,18 +76,17 @@ def build_toy_adapter(
 
     sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p)
     adapter = LlamaImageAdapter(
-        "toy", model, tokenizer.n_codes, layout, sampling, decode_codes, tokenizer.codebook(), caption_encoder(meta)
+        "toy", model, tokenizer.n_codes, layout, sampling, decode_codes, tokenizer.codebook(),
+        trained_caption_encoder(meta),
     )
     adapter.gsd_d_thr = GSD_D_THR
     return adapter
 
 
-def caption_encoder(meta: dict) -> Callable[[str], list[int]]:
+def trained_caption_encoder(meta: dict) -> Callable[[str], list[int]]:
     """The caption tokenization the weights were trained with (words; older weights: characters)."""
     text = meta.get("text") or {"kind": "chars"}
-    if text["kind"] == "words":
-        return WordTokenizer(text["vocab"])
-    return encode_text
+    return caption_encoder(text["kind"], text.get("vocab"))
 
 
 def load_toy_tokenizer(weights_dir: str | Path | None = None) -> PatchTokenizer:

@@ -10,8 +10,9 @@ training; punctuation other than the comma is dropped.
 from __future__ import annotations
 
 import re
+from typing import Callable
 
-from sjdbench.models.llama_adapter import N_TEXT, TEXT_OFFSET
+from sjdbench.models.llama_adapter import N_TEXT, TEXT_OFFSET, encode_text
 from sjdbench.models.toy import world
 
 UNK = "<unk>"
@@ -48,3 +49,12 @@ class WordTokenizer:
 
     def unknown_words(self, text: str) -> list[str]:
         return [w for w in _WORD_RE.findall(text.lower()) if w not in self._ids]
+
+
+def caption_encoder(kind: str, vocab: list[str] | None = None) -> Callable[[str], list[int]]:
+    """"words" (with that vocabulary, default the grammar's) or "chars" (printable ASCII)."""
+    if kind == "words":
+        return WordTokenizer(vocab or grammar_words())
+    if kind == "chars":
+        return encode_text
+    raise ValueError(f"unknown caption tokenization {kind!r}; valid: words, chars")

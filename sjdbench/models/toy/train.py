@@ -1,10 +1,11 @@
 """Training of the toy model: tokenizer fit, dataset encoding and the transformer, seeded and resumable.
 
-Sequences are `prompt_tokens(caption) + segment` (captions as word ids, see `text.py`) where the segment is the 16x16 code grid with an
-<eol> after each row. Prompts in a batch are left-padded with PAD (masked out) to the batch's longest
-prompt, which is exactly how `LlamaImageAdapter.encode_prompt` builds the unconditional CFG branch;
-with probability `caption_dropout` the caption is replaced by the unconditional prompt. The loss is
-on segment tokens only. Batch composition is a function of (seed, step), so a resumed run continues
+Sequences are `prompt_tokens(caption) + segment` (captions as word ids, see `text.py`) where the
+segment is the 16x16 code grid with an <eol> after each row. Prompts in a batch are left-padded with
+PAD (masked out) to the batch's longest prompt, which is exactly how
+`LlamaImageAdapter.encode_prompt` builds the unconditional CFG branch; with probability
+`caption_dropout` the caption is replaced by the unconditional prompt. The loss is on segment
+tokens only. Batch composition is a function of (seed, step), so a resumed run continues
 the same stream. `out_dir/ckpt.pt` is rewritten every `ckpt_minutes`; rerunning resumes from it.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from safetensors.torch import save_file
 from sjdbench.models.llama import Llama, LlamaConfig
 from sjdbench.models.llama_adapter import CODE_OFFSET, EOL, PAD, encode_text, prompt_tokens, vocab_size_for
 from sjdbench.models.toy import model as toy_model
-from sjdbench.models.toy.text import WordTokenizer, grammar_words
+from sjdbench.models.toy.text import caption_encoder, grammar_words
 from sjdbench.models.toy.tokenizer import GRID, PatchTokenizer, roundtrip_error
 from sjdbench.models.toy.world import render_batch
 
@@ -69,14 +70,6 @@ def segment_tokens(codes: torch.Tensor, row_end_token: bool) -> torch.Tensor:
         eol = torch.full((ids.shape[0], ids.shape[1], 1), EOL, dtype=torch.long)
         ids = torch.cat([ids, eol], dim=2)
     return ids.reshape(ids.shape[0], -1)
-
-
-def text_encoder(cfg: TrainConfig) -> Callable[[str], list[int]]:
-    if cfg.text == "words":
-        return WordTokenizer(grammar_words())
-    if cfg.text == "chars":
-        return encode_text
-    raise ValueError(f"unknown caption tokenization {cfg.text!r}; valid: words, chars")
 
 
 def make_batch(
@@ -162,7 +155,7 @@ def evaluate(model: Llama, data: dict, cfg: TrainConfig, unconditional: bool = F
     totals, code_losses = [], []
     for start in range(0, len(caps), cfg.batch_size):
         idx = np.arange(start, min(start + cfg.batch_size, len(caps)))
-        seq, mask, P = make_batch(codes, caps, idx, np.full(len(idx), unconditional), cfg.row_end_token, text_encoder(cfg))
+        seq, mask, P = make_batch(codes, caps, idx, np.full(len(idx), unconditional), cfg.row_end_token, caption_encoder(cfg.text))
         loss, per = sequence_loss(model, seq, mask, P)
         totals.append(per)
         is_code = seq[:, P:] >= CODE_OFFSET
@@ -270,7 +263,7 @@ def train_toy(
         tmp.replace(ckpt_path)
         _save_curve(out_dir, log_rows)
 
-    encode = text_encoder(cfg)
+    encode = caption_encoder(cfg.text)
     model.train()
     last_ckpt = time.time()
     window: list[float] = []

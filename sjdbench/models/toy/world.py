@@ -272,9 +272,5 @@ def dataset(seed: int, n: int) -> Iterator[tuple[np.ndarray, str]]:
 
 def render_batch(seed: int, start: int, n: int) -> tuple[np.ndarray, list[str]]:
     """Scenes start..start+n-1 of `dataset(seed, .)` as (n, 64, 64, 3) uint8 and captions."""
-    images, captions = [], []
-    for i in range(start, start + n):
-        scene = sample_scene(np.random.default_rng([seed, i]))
-        images.append(render(scene))
-        captions.append(caption(scene))
-    return np.stack(images), captions
+    images, scenes = render_scenes(seed, start, n)
+    return images, [caption(s) for s in scenes]
