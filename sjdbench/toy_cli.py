@@ -23,6 +23,7 @@ def train(
     threads: int = typer.Option(2, "--threads"),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from the checkpoint if one exists"),
     row_end_token: bool = typer.Option(True, "--row-end-token/--no-row-end-token", help="forced <eol> after each row"),
+    precision: str = typer.Option("bf16", "--precision", help="bf16 (autocast matmuls; 1.5x faster on CPUs with AMX) or fp32"),
 ) -> None:
     """Train the toy transformer (tokenizer fit, dataset encoding, training, export)."""
     from sjdbench.models.toy.train import SHIPPED_STEPS, train_toy
@@ -33,7 +34,7 @@ def train(
         steps = SHIPPED_STEPS
     try:
         train_toy(out, steps=steps, seed=seed, threads=threads, resume=resume, minutes=minutes, row_end_token=row_end_token,
-                  log=typer.echo)
+                  precision=precision, log=typer.echo)
     except (ValueError, FileNotFoundError, OSError) as exc:
         _fail(str(exc))
 

@@ -24,6 +24,27 @@ def test_train_resume_and_export(tmp_path):
     assert meta["train"]["steps"] == 3
     saved = json.loads((tmp_path / "toy.json").read_text())
     assert saved["model"]["dim"] == 32 and saved["layout"]["row_end_token"] is True
+    assert saved["model"]["segment_len"] == 16 * 17 and saved["train"]["precision"] == "bf16"
+    with pytest.raises(ValueError, match="different configuration"):  # precision is part of the run
+        train_toy(tmp_path, steps=4, seed=3, threads=1, precision="fp32", log=lambda *_: None, **MINI)
     adapter = build_toy_adapter(tmp_path)
     assert adapter.n_codes == 32 and adapter.layout.n_positions == 16 * 17
     assert (tmp_path / "loss.csv").exists()
+
+
+def test_unknown_precision_is_refused(tmp_path):
+    from sjdbench.models.toy.train import train_toy
+
+    with pytest.raises(ValueError, match="valid: bf16, fp32"):
+        train_toy(tmp_path, steps=1, seed=3, threads=1, precision="fp8", log=lambda *_: None, **MINI)
+
+
+def test_fp32_and_bf16_training_agree_at_the_start(tmp_path):
+    """bf16 autocast is a speed knob, not another model: one step from the same init lands close."""
+    from sjdbench.models.toy.train import train_toy
+
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        meta = train_toy(tmp_path / precision, steps=1, seed=3, threads=1, precision=precision, log=lambda *_: None, **MINI)
+        losses[precision] = meta["final"]["val_loss"]
+    assert abs(losses["fp32"] - losses["bf16"]) < 0.02 * losses["fp32"]

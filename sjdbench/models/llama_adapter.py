@@ -96,15 +96,17 @@ class LlamaImageAdapter:
     @torch.inference_mode()
     def prefill(self, prompt: PromptBatch, cache: None) -> torch.Tensor:
         pos = torch.arange(prompt.length, device=self.device)
-        logits = self.model(prompt.tokens, pos, pad_mask=prompt.pad_mask)  # (2, P, V)
+        no_segment = torch.full_like(pos, -1)
+        logits = self.model(prompt.tokens, pos, pad_mask=prompt.pad_mask, segment_index=no_segment)  # (2, P, V)
         return logits[:, -1].float()
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, seg_start: int, cache: None) -> torch.Tensor:
         L = tokens.shape[0]
         # segment position j sits at absolute position P + j; the last prompt token predicts j = 0
-        pos = torch.arange(L, device=self.device) + (self._prompt_len + seg_start)
-        logits = self.model(tokens[None].expand(2, L), pos)  # (2, L, V)
+        index = torch.arange(L, device=self.device) + seg_start  # (L,) segment index of each input
+        pos = index + self._prompt_len
+        logits = self.model(tokens[None].expand(2, L), pos, segment_index=index)  # (2, L, V)
         return logits.float()
 
     def rollback(self, cache: None, n_tokens: int) -> None:
