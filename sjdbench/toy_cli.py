@@ -60,19 +60,25 @@ def train_clip(
 def calibrate(
     weights: Optional[Path] = typer.Option(None, "--weights", help="weights dir (default: the shipped weights)"),
     n: int = typer.Option(16, "--n", help="held-out captions"),
+    n_objects: int = typer.Option(64, "--n-objects", help="AR samples for the object finder (are the captioned shapes drawn?)"),
     top_k: Optional[int] = typer.Option(None, "--top-k"),
     cfg_scale: Optional[float] = typer.Option(None, "--cfg"),
     png: Optional[Path] = typer.Option(None, "--png", help="write a captioned grid of AR samples"),
     out: Optional[Path] = typer.Option(None, "--out", help="write the numbers as JSON"),
+    knobs: bool = typer.Option(False, "--knobs", help="instead: SJD W=16 and drawn objects under each sampling knob of docs/TOY.md"),
 ) -> None:
-    """Measure SJD step compression, context sensitivity and toy CLIP-Score on held-out captions."""
+    """Measure SJD step compression, context sensitivity, toy CLIP-Score and drawn objects on held-out captions."""
     import json
 
     from sjdbench.models.toy.calibrate import calibrate as run
+    from sjdbench.models.toy.calibrate import knob_sweep
 
     sampling = {k: v for k, v in {"top_k": top_k, "cfg_scale": cfg_scale}.items() if v is not None}
     try:
-        res = run(weights, n=n, png=str(png) if png else None, **sampling)
+        if knobs:
+            res = knob_sweep(weights, n=n)
+        else:
+            res = run(weights, n=n, png=str(png) if png else None, n_objects=n_objects, **sampling)
     except (ValueError, FileNotFoundError, OSError) as exc:
         _fail(str(exc))
     text = json.dumps(res, indent=2)

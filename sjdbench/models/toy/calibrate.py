@@ -26,7 +26,8 @@ from sjdbench.decoding.loop import DecoderParts, jacobi_decode
 from sjdbench.decoding.processing import process_logits, structure_mask
 from sjdbench.decoding.proposals import ResampleProposal
 from sjdbench.decoding.verifiers import ExactVerifier
-from sjdbench.models.toy.world import render_batch, render_scenes
+from sjdbench.models.llama import segment_index
+from sjdbench.models.toy.world import caption, render_batch, render_scenes
 
 HELD_OUT_SEED = 90210
 
@@ -84,7 +85,8 @@ def context_sensitivity(adapter, n_images: int = 6, seed: int = 0) -> float:
         for v in variants:
             full = torch.cat([prompt.tokens, v[None].expand(2, -1)], dim=1)
             mask = torch.cat([prompt.pad_mask, torch.ones(2, v.numel(), dtype=torch.bool)], dim=1)
-            logits = adapter.model(full, torch.arange(full.shape[1]), pad_mask=mask)  # (2, L, V)
+            L = full.shape[1]
+            logits = adapter.model(full, torch.arange(L), pad_mask=mask, segment_index=segment_index(L, P))  # (2, L, V)
             seg_logits = logits[:, P - 1 : P - 1 + v.numel()]  # predicts segment positions 0..N-1
             probs.append(process_logits(seg_logits, allowed, adapter.default_sampling))
         base = probs[0]
@@ -113,11 +115,64 @@ def sample_grid(images: list[np.ndarray], captions: list[str], path: str | Path,
     plt.close(fig)
 
 
+def objects_calibration(adapter, ar_images: list[np.ndarray], n: int) -> dict:
+    """Oracle object finder on renders (ceiling), their code round trips and AR samples."""
+    from sjdbench.models.toy.objects import object_report
+    from sjdbench.models.toy.tokenizer import PatchTokenizer
+
+    refs, scenes = render_scenes(HELD_OUT_SEED, 0, n)
+    captions = [caption(s) for s in scenes]
+    images = list(ar_images)
+    parts = DecoderParts(window=1, proposal=ResampleProposal(), verifier=ExactVerifier(), init=Init("random"))
+    for i in range(len(images), n):  # AR samples beyond those already drawn, same seeding as sjd_runs
+        res = jacobi_decode(adapter, captions[i], parts, adapter.default_sampling, torch.Generator().manual_seed(i))
+        images.append(adapter.decode(res.tokens))
+    tok = PatchTokenizer(adapter.codebook())
+    return {
+        "n_images": n,
+        "renders": object_report(refs, scenes),
+        "roundtrip": object_report(tok.decode(tok.encode(refs)), scenes),
+        "ar": object_report(np.stack(images[:n]), scenes),
+    }
+
+
+# the sampling settings of docs/TOY.md's knob table (SJD W=16 against the shipped CFG 3, top-k 100, T 1)
+KNOB_SETTINGS = (
+    {"top_k": 64}, {"top_k": 200}, {"top_k": 0}, {"cfg_scale": 1.5}, {"cfg_scale": 2.0}, {"cfg_scale": 5.0},
+    {"temperature": 0.8},
+)
+
+
+def knob_sweep(weights_dir=None, n: int = 16, window: int = 16, settings=KNOB_SETTINGS, threads: int = 2) -> list[dict]:
+    """Step compression and drawn objects under other sampling settings, on the same n captions.
+
+    The object finder runs on the SJD samples themselves: SJD samples exactly from the model.
+    """
+    from sjdbench.models.toy.model import build_toy_adapter
+    from sjdbench.models.toy.objects import object_report
+
+    torch.set_num_threads(threads)
+    _, scenes = render_scenes(HELD_OUT_SEED, 0, n)
+    captions = [caption(s) for s in scenes]
+    rows = []
+    for setting in ({},) + tuple(settings):
+        adapter = build_toy_adapter(weights_dir, **setting)
+        res, tokens = sjd_runs(adapter, captions, window)
+        res["objects"] = object_report(np.stack([adapter.decode(t) for t in tokens]), scenes)
+        rows.append({"setting": setting or "shipped", **res})
+    return rows
+
+
 def calibrate(
     weights_dir=None, n: int = 16, windows=(16, 32), png: str | None = None, threads: int = 2, with_clip: bool = True,
-    **sampling,
+    n_objects: int = 64, **sampling,
 ) -> dict:
-    """sampling: overrides for build_toy_adapter (cfg_scale, top_k, temperature, top_p)."""
+    """sampling: overrides for build_toy_adapter (cfg_scale, top_k, temperature, top_p).
+
+    Step compression and CLIP use the first n held-out captions; the object finder (are the
+    captioned shapes drawn?) uses AR samples of the first max(n, n_objects), for a usable count of
+    objects.
+    """
     from sjdbench.models.toy.model import build_toy_adapter
 
     torch.set_num_threads(threads)
@@ -132,6 +187,7 @@ def calibrate(
         out[f"sjd_w{w}"], _ = sjd_runs(adapter, caps, w)
     out["context_tv"] = context_sensitivity(adapter)
     images = [adapter.decode(t) for t in ar_tokens]
+    out["objects"] = objects_calibration(adapter, images, max(n, n_objects))
     if with_clip:
         from sjdbench.models.toy.clip import load_toy_clip
 
@@ -161,14 +217,25 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=None)
     ap.add_argument("--cfg", type=float, default=None)
     ap.add_argument("--windows", default="16,32")
+    ap.add_argument("--n-objects", type=int, default=64, help="AR samples for the object finder")
+    ap.add_argument("--knobs", action="store_true", help="run the sampling-knob table instead (SJD W=16)")
     args = ap.parse_args()
+    if args.knobs:
+        res = knob_sweep(args.weights, n=args.n)
+        text = json.dumps(res, indent=2)
+        print(text)
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(text + "\n")
+        return
     sampling = {}
     if args.top_k is not None:
         sampling["top_k"] = args.top_k
     if args.cfg is not None:
         sampling["cfg_scale"] = args.cfg
     windows = tuple(int(w) for w in args.windows.split(","))
-    res = calibrate(args.weights, n=args.n, windows=windows, png=args.png, with_clip=not args.no_clip, **sampling)
+    res = calibrate(args.weights, n=args.n, windows=windows, png=args.png, with_clip=not args.no_clip,
+                    n_objects=args.n_objects, **sampling)
     text = json.dumps(res, indent=2)
     print(text)
     if args.out:
