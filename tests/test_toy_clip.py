@@ -21,7 +21,7 @@ def test_toy_clip_scores_matched_above_shuffled():
     torch.testing.assert_close(feats.norm(dim=-1), torch.ones(24), atol=1e-4, rtol=0)
 
 
-def test_toy_clip_detects_swapped_colours_and_some_shapes():
+def test_toy_clip_detects_swapped_colours_and_shapes():
     """Hard-negative training: the true caption beats copies with one object's colour (shape) changed."""
     from sjdbench.models.toy.clip import attribute_accuracy
     from sjdbench.models.toy.world import render_scenes
@@ -32,5 +32,5 @@ def test_toy_clip_detects_swapped_colours_and_some_shapes():
     colour = attribute_accuracy(clip, images, scenes, "colour")
     shape = attribute_accuracy(clip, images, scenes, "shape")
     assert colour["n"] == shape["n"] == sum(len(s.objects) for s in scenes)
-    assert colour["accuracy"] > 0.8  # shipped: 0.93 on 256 held-out renders; chance 0.11
-    assert shape["accuracy"] > shape["chance"] + 0.05  # shipped: 0.32; chance 0.17 (weak, see docs/TOY.md)
+    assert colour["accuracy"] > 0.85  # shipped: 0.97 on 256 held-out renders; chance 0.11
+    assert shape["accuracy"] > 0.65  # shipped: 0.82 on 256 held-out renders; chance 0.17

@@ -4,6 +4,7 @@ import time
 import pytest
 import torch
 
+from sjdbench.models.llama import segment_index
 from sjdbench.models.llama_adapter import CODE_OFFSET
 from sjdbench.models.toy.model import LM_FILE, META_FILE, TOKENIZER_FILE, WEIGHTS_DIR, build_toy_adapter
 
@@ -50,7 +51,9 @@ def test_cache_path_equals_full_forward(adapter):
     full = torch.cat([prompt.tokens, seg[None].expand(2, -1)], dim=1)
     mask = torch.cat([prompt.pad_mask, torch.ones(2, seg.numel(), dtype=torch.bool)], dim=1)
     with torch.no_grad():
-        ref = adapter.model(full, torch.arange(full.shape[1]), pad_mask=mask)[:, prompt.length - 1 :]  # (2, 101, V)
+        L = full.shape[1]
+        index = segment_index(L, prompt.length)  # the training code's segment indexing
+        ref = adapter.model(full, torch.arange(L), pad_mask=mask, segment_index=index)[:, prompt.length - 1 :]  # (2, 101, V)
     # cached: prefill, then chunks of varied size (including a rewrite of already-written slots)
     adapter.new_cache(prompt, extra=16)
     first = adapter.prefill(prompt, None)
@@ -101,3 +104,26 @@ def test_shipped_weights_read_captions_as_words(adapter):
     assert meta["text"] == {"kind": "words", "vocab": grammar_words()}
     prompt = adapter.encode_prompt("a big red circle in the center, on a blue striped background")
     assert prompt.tokens.shape[1] == 2 + 13  # <bos> + 13 words and commas + <boi>
+
+
+def test_shipped_weights_embed_segment_positions(adapter):
+    """The toy knows which row and column it draws: the same tokens at another segment index
+    (same relative offsets, so RoPE alone could not tell) give other predictions."""
+    assert adapter.model.cfg.segment_len == adapter.layout.n_positions
+    prompt = adapter.encode_prompt("a big red circle at the top left, on a blue striped background")
+    seg = _segment(adapter)[:34]  # two rows with their <eol>
+    P = prompt.length
+    full = torch.cat([prompt.tokens, seg[None].expand(2, -1)], dim=1)
+    mask = torch.cat([prompt.pad_mask, torch.ones(2, seg.numel(), dtype=torch.bool)], dim=1)
+    adapter.model.clear_cache()
+    with torch.no_grad():
+        L = full.shape[1]
+        at_top = adapter.model(full, torch.arange(L), pad_mask=mask, segment_index=segment_index(L, P))
+        shifted = segment_index(L, P)
+        shifted[P:] += 8 * 17  # the same two rows claimed to be rows 8 and 9
+        at_middle = adapter.model(full, torch.arange(L), pad_mask=mask, segment_index=shifted)
+        with pytest.raises(ValueError, match="segment_index"):
+            adapter.model(full, torch.arange(L), pad_mask=mask)
+    p_top, p_mid = at_top[0, P:].softmax(-1), at_middle[0, P:].softmax(-1)
+    tv = 0.5 * (p_top - p_mid).abs().sum(-1)  # (34,)
+    assert float(tv.mean()) > 0.05

@@ -29,12 +29,19 @@ COLOURS: dict[str, tuple[float, float, float]] = {
     "cyan": (0.2, 0.8, 0.85),
 }
 SHAPES = ("circle", "square", "triangle", "diamond", "cross", "ring")
-SIZES = {"small": 7.0, "big": 13.0}  # half-extent in pixels
+# Half-extents in pixels: whole patches, so every bounding box lies on the 4x4 patch grid (4 and 6
+# tokens across). Smaller objects become the same few codes whatever their shape.
+SIZES = {"small": 8.0, "big": 12.0}
 # textures: (caption word, weight)
 TEXTURES = {"striped": 0.3, "wavy": 0.2, "cloudy": 0.3, "gradient": 0.2}
 ROW_WORDS = ("top", "middle", "bottom")
 COL_WORDS = ("left", "center", "right")
-CELL_CENTRES = (14.0, 32.0, 50.0)
+# Objects sit exactly at their cell's centre, on patch corners. Why no jitter: an object's first
+# token row must be a clear object code for an AR model to learn *where* objects start. With
+# sub-patch offsets the first row was a faint edge code hardly different from the background, and
+# a 2M-parameter model never learned to place objects from the caption (its start-token
+# probabilities did not depend on the position words at all).
+CELL_CENTRES = (16.0, 32.0, 48.0)
 
 
 @dataclass
@@ -44,7 +51,7 @@ class Obj:
     size: str
     cell: tuple[int, int]  # (row, col) in the 3x3 layout grid
     centre: tuple[float, float]  # (y, x) in pixels
-    angle: float  # rotation in radians (squares, triangles, crosses)
+    angle: float  # rotation in radians; the world draws 0 (upright shapes, see _draw_scene)
     light: tuple[float, float]  # direction of the shading gradient
     relation: str | None = None  # e.g. "left of" the previous object; None = absolute position
 
@@ -129,8 +136,7 @@ def _draw_scene(rng: np.random.Generator) -> Scene:
         while colour == bg_colour:
             colour = colour_names[int(rng.integers(len(colour_names)))]
         size = "big" if rng.random() < 0.5 else "small"
-        jitter = rng.uniform(-3.0, 3.0, 2)
-        centre = (CELL_CENTRES[cell[0]] + float(jitter[0]), CELL_CENTRES[cell[1]] + float(jitter[1]))
+        centre = (CELL_CENTRES[cell[0]], CELL_CENTRES[cell[1]])
         light_angle = rng.uniform(0, 2 * np.pi)
         relation = None
         if i > 0 and rng.random() < 0.6:
@@ -138,7 +144,8 @@ def _draw_scene(rng: np.random.Generator) -> Scene:
         objects.append(
             Obj(
                 shape=SHAPES[int(rng.integers(len(SHAPES)))], colour=colour, size=size, cell=cell, centre=centre,
-                angle=float(rng.uniform(-0.35, 0.35)), light=(float(np.sin(light_angle)), float(np.cos(light_angle))),
+                # upright: a rotated square is a diamond, and rotation multiplies the outlines to learn
+                angle=0.0, light=(float(np.sin(light_angle)), float(np.cos(light_angle))),
                 relation=relation,
             )
         )
@@ -207,13 +214,13 @@ def _object_mask(o: Obj) -> tuple[np.ndarray, np.ndarray]:
         d = u**2 + v**2
         mask = (d <= 1.0) & (d >= 0.45**2)
     elif o.shape == "square":
-        mask = (np.abs(u) <= 0.85) & (np.abs(v) <= 0.85)
+        mask = (np.abs(u) <= 1.0) & (np.abs(v) <= 1.0)
     elif o.shape == "diamond":
-        mask = np.abs(u) + np.abs(v) <= 1.05
+        mask = np.abs(u) + np.abs(v) <= 1.0
     elif o.shape == "cross":
-        mask = ((np.abs(u) <= 0.33) & (np.abs(v) <= 1.0)) | ((np.abs(v) <= 0.33) & (np.abs(u) <= 1.0))
-    else:  # triangle, pointing up: apex at v=-1, base at v=0.8
-        mask = (v <= 0.8) & (v >= -1.0) & (np.abs(u) <= (v + 1.0) / 1.8)
+        mask = ((np.abs(u) <= 0.34) & (np.abs(v) <= 1.0)) | ((np.abs(v) <= 0.34) & (np.abs(u) <= 1.0))
+    else:  # triangle, pointing up: apex at v=-1, base at v=1
+        mask = (v <= 1.0) & (v >= -1.0) & (np.abs(u) <= (v + 1.0) / 2.0)
     return mask, np.stack([u, v])
 
 
