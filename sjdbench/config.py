@@ -225,12 +225,16 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def semantic_fields(config: RunConfig, prompts_sha: str, device_type: str) -> dict:
-    """What determines the samples: not the output path, not limit/shard (prompt-level resume)."""
+def semantic_fields(config: RunConfig, prompts_sha: str, device_type: str, weights: str | None = None) -> dict:
+    """What determines the samples: not the output path, not limit/shard (prompt-level resume).
+
+    weights: a fingerprint of the model's weight files, so a retrained model never resumes (and
+    mixes into) the results of the previous one. None for models without files (debug).
+    """
     decoder = asdict(config.decoder)
     decoder.pop("trace_positions")
     data = {"name": config.data.name, "prompts_sha": prompts_sha}
-    return {
+    fields = {
         "model": asdict(config.model),
         "decoder": decoder,
         "data": data,
@@ -239,10 +243,13 @@ def semantic_fields(config: RunConfig, prompts_sha: str, device_type: str) -> di
         "samples_per_prompt": config.samples_per_prompt,
         "device": device_type,
     }
+    if weights is not None:
+        fields["weights"] = weights
+    return fields
 
 
-def run_id_for(config: RunConfig, prompts_sha: str, device_type: str) -> str:
-    digest = hashlib.sha256(canonical_json(semantic_fields(config, prompts_sha, device_type)).encode()).hexdigest()
+def run_id_for(config: RunConfig, prompts_sha: str, device_type: str, weights: str | None = None) -> str:
+    digest = hashlib.sha256(canonical_json(semantic_fields(config, prompts_sha, device_type, weights)).encode()).hexdigest()
     return f"{config.model.name}-{config.decoder.name}-{digest[:12]}"
 
 

@@ -17,7 +17,7 @@ from sjdbench.datasets import Prompt, load_prompts
 from sjdbench.decoding.build import build_decoder, gsd_d_thr
 from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.models.base import Sampling
-from sjdbench.models.registry import build_adapter, resolve_device
+from sjdbench.models.registry import build_adapter, resolve_device, weights_fingerprint
 from sjdbench.store import RunStore, environment, save_png
 from sjdbench.summary import summarize
 
@@ -55,7 +55,8 @@ def plan(config: RunConfig) -> tuple[str, list[Prompt], str, str]:
     """(run_id, selected prompts, prompt-set sha, device) without loading any model."""
     prompts, sha = load_prompts(config.data)
     device = resolve_device(config.device)
-    return run_id_for(config, sha, device.split(":")[0]), prompts, sha, device
+    weights = weights_fingerprint(config.model.name, dict(config.model.options))
+    return run_id_for(config, sha, device.split(":")[0], weights), prompts, sha, device
 
 
 def execute(config: RunConfig, progress: Progress | None = None, adapter: Any = None, limit_new: int | None = None) -> RunOutcome:
@@ -74,7 +75,7 @@ def execute(config: RunConfig, progress: Progress | None = None, adapter: Any = 
         adapter = build_adapter(config.model.name, dict(config.model.options), device)
     parts = build_decoder(config.decoder, adapter)
     sampling = resolve_sampling(adapter.default_sampling, config.sampling)
-    resolved = {"sampling": asdict(sampling)}
+    resolved = {"sampling": asdict(sampling), "weights": weights_fingerprint(config.model.name, dict(config.model.options))}
     if config.decoder.verifier == "gsd":  # null in the config means the model's value: record which
         resolved["gsd_d_thr"] = gsd_d_thr(config.decoder, adapter)
     store.prepare(to_yaml(config), {**environment(device), "prompts_sha": sha, **resolved})

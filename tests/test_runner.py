@@ -129,3 +129,30 @@ def test_load_runs_collects_summaries(tmp_path):
     frame = load_runs(tmp_path)
     assert sorted(frame["decoder"]) == ["ar", "sjd"]
     assert (frame.loc[frame.decoder == "ar", "step_compression"] == 1.0).all()
+
+
+def test_retrained_weights_get_a_new_run_id(tmp_path):
+    """Results of different weights never mix: the run id includes a fingerprint of the weight files."""
+    import shutil
+
+    from sjdbench.models.toy.model import META_FILE, WEIGHTS_DIR
+    from sjdbench.runner import plan
+
+    copy = tmp_path / "weights"
+    shutil.copytree(WEIGHTS_DIR, copy)
+    base = ["model=toy", "data=smoke", f"results_dir={tmp_path}"]
+    shipped = plan(compose_run([*base, f"model.options.weights_dir={copy}"]))[0]
+    assert shipped == plan(compose_run([*base, f"model.options.weights_dir={copy}"]))[0]  # stable
+    meta = json.loads((copy / META_FILE).read_text())
+    meta["final"]["val_loss"] += 1e-6  # another training run
+    (copy / META_FILE).write_text(json.dumps(meta))
+    assert plan(compose_run([*base, f"model.options.weights_dir={copy}"]))[0] != shipped
+
+
+def test_env_records_the_weights_fingerprint(tmp_path):
+    from sjdbench.models.registry import weights_fingerprint
+
+    outcome = execute(compose_run(["model=toy", "data=smoke", "data.limit=1", "warmup=0", f"results_dir={tmp_path}"]))
+    env = json.loads((Path(outcome.run_dir) / "env.json").read_text())
+    assert env["weights"] == weights_fingerprint("toy", {}) and len(env["weights"]) == 16
+    assert weights_fingerprint("debug", {}) is None

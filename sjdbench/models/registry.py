@@ -13,6 +13,29 @@ BUILDERS = {
 }
 
 
+# model name -> fingerprint of its weight files (cheap, without loading the model); models not
+# listed have no files (debug: seeded random weights, fully described by their options)
+FINGERPRINTS = {
+    "toy": "sjdbench.models.toy.model:weights_fingerprint",
+}
+
+
+def weights_fingerprint(name: str, options: dict[str, Any]) -> str | None:
+    """Identity of the weights a run would load: part of the run id, so results of different
+    weights never mix. Raises UserError for unknown models or options (same as loading would)."""
+    if name not in BUILDERS:
+        raise UserError(f"unknown model '{name}'; choose one of: {', '.join(sorted(BUILDERS))}")
+    if name not in FINGERPRINTS:
+        return None
+    module_name, func_name = FINGERPRINTS[name].split(":")
+    fingerprint = getattr(importlib.import_module(module_name), func_name)
+    accepted = inspect.signature(fingerprint).parameters
+    try:
+        return fingerprint(**{k: v for k, v in options.items() if k in accepted})
+    except FileNotFoundError as error:
+        raise UserError(f"model '{name}': {error}") from None
+
+
 def resolve_device(device: str) -> str:
     import torch
 

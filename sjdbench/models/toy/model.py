@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Callable
@@ -82,6 +83,19 @@ def build_toy_adapter(
     )
     adapter.gsd_d_thr = GSD_D_THR
     return adapter
+
+
+def weights_fingerprint(weights_dir: str | Path | None = None) -> str:
+    """sha256 (16 hex) over the metadata, transformer and tokenizer files: identifies one training run."""
+    weights_dir = Path(weights_dir or WEIGHTS_DIR)
+    digest = hashlib.sha256()
+    for name in (META_FILE, LM_FILE, TOKENIZER_FILE):
+        path = weights_dir / name
+        if not path.exists():
+            raise FileNotFoundError(f"toy weights not found at {path}; run `sjdbench toy train` to create them")
+        digest.update(name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def trained_caption_encoder(meta: dict) -> Callable[[str], list[int]]:
