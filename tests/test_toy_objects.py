@@ -56,3 +56,18 @@ def test_calibration_reports_objects_for_renders_round_trips_and_samples():
     assert res["renders"]["present"] == 1.0
     for key in ("renders", "roundtrip", "ar"):
         assert res[key]["objects"] == res["renders"]["objects"] and 0.0 <= res[key]["shape"] <= 1.0
+
+
+def test_toy_fd_ranks_renders_round_trips_and_noise():
+    """Toy Fréchet distance to reference renders: other renders lowest, pure noise far above."""
+    from sjdbench.models.toy.calibrate import fd_calibration
+    from sjdbench.models.toy.clip import load_toy_clip
+    from sjdbench.models.toy.model import load_toy_tokenizer
+
+    images, _ = world.render_batch(90210, 0, 48)
+    tok = load_toy_tokenizer()
+    noise = np.random.default_rng(0).integers(0, 256, images.shape, dtype=np.uint8)
+    fd = fd_calibration(load_toy_clip(), {"renders": images, "roundtrip": tok.decode(tok.encode(images)), "noise": noise}, 256)
+    assert fd["n_reference"] == 256
+    assert fd["renders"] < fd["noise"] and fd["roundtrip"] < fd["noise"]
+    assert fd["renders"] <= fd["roundtrip"] * 1.05

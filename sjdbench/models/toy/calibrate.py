@@ -115,9 +115,9 @@ def sample_grid(images: list[np.ndarray], captions: list[str], path: str | Path,
     plt.close(fig)
 
 
-def objects_calibration(adapter, ar_images: list[np.ndarray], n: int) -> dict:
-    """Oracle object finder on renders (ceiling), their code round trips and AR samples."""
-    from sjdbench.models.toy.objects import object_report
+def image_sets(adapter, ar_images: list[np.ndarray], n: int) -> tuple[list, dict[str, np.ndarray]]:
+    """Scenes of the first n held-out captions and three image sets for them, each (n, 64, 64, 3):
+    renders (the ceiling), their tokenizer round trips, AR samples (ar_images first, then drawn)."""
     from sjdbench.models.toy.tokenizer import PatchTokenizer
 
     refs, scenes = render_scenes(HELD_OUT_SEED, 0, n)
@@ -128,12 +128,35 @@ def objects_calibration(adapter, ar_images: list[np.ndarray], n: int) -> dict:
         res = jacobi_decode(adapter, captions[i], parts, adapter.default_sampling, torch.Generator().manual_seed(i))
         images.append(adapter.decode(res.tokens))
     tok = PatchTokenizer(adapter.codebook())
-    return {
-        "n_images": n,
-        "renders": object_report(refs, scenes),
-        "roundtrip": object_report(tok.decode(tok.encode(refs)), scenes),
-        "ar": object_report(np.stack(images[:n]), scenes),
-    }
+    return scenes, {"renders": refs, "roundtrip": tok.decode(tok.encode(refs)), "ar": np.stack(images[:n])}
+
+
+def objects_calibration(adapter, ar_images: list[np.ndarray], n: int, prepared=None) -> dict:
+    """Oracle object finder on renders (ceiling), their code round trips and AR samples.
+    prepared: image_sets(adapter, ar_images, n) if already computed."""
+    from sjdbench.models.toy.objects import object_report
+
+    scenes, sets = prepared or image_sets(adapter, ar_images, n)
+    return {"n_images": n, **{name: object_report(images, scenes) for name, images in sets.items()}}
+
+
+FD_REFERENCE_SEED = 31337  # reference renders for the toy Fréchet distance (disjoint from training and held-out)
+
+
+def fd_calibration(clip, sets: dict[str, np.ndarray], n_reference: int = 1024) -> dict:
+    """Fréchet distance in toy CLIP feature space between each image set and n_reference renders.
+
+    The renders of the same captions give the floor at this set size (FD is biased upwards at
+    small N), so compare the AR figure with it, not with zero.
+    """
+    from sjdbench.metrics.frechet import frechet_distance
+
+    reference, _ = render_batch(FD_REFERENCE_SEED, 0, n_reference)
+    ref_features = clip.image_features(reference)
+    out = {"n_reference": n_reference}
+    for name, images in sets.items():
+        out[name] = frechet_distance(clip.image_features(images), ref_features)
+    return out
 
 
 # the sampling settings of docs/TOY.md's knob table (SJD W=16 against the shipped CFG 3, top-k 100, T 1)
@@ -187,11 +210,13 @@ def calibrate(
         out[f"sjd_w{w}"], _ = sjd_runs(adapter, caps, w)
     out["context_tv"] = context_sensitivity(adapter)
     images = [adapter.decode(t) for t in ar_tokens]
-    out["objects"] = objects_calibration(adapter, images, max(n, n_objects))
+    prepared = image_sets(adapter, images, max(n, n_objects))
+    out["objects"] = objects_calibration(adapter, images, max(n, n_objects), prepared)
     if with_clip:
         from sjdbench.models.toy.clip import load_toy_clip
 
         clip = load_toy_clip(weights_dir)
+        out["toy_fd"] = fd_calibration(clip, prepared[1])
         arr = np.stack(images)
         refs, scenes = render_scenes(HELD_OUT_SEED, 0, n)  # the scenes behind `caps`
         out["clip_score_ar_matched"] = float(clip.clip_score(arr, caps).mean())
