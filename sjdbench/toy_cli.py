@@ -24,6 +24,7 @@ def train(
     resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from the checkpoint if one exists"),
     row_end_token: bool = typer.Option(True, "--row-end-token/--no-row-end-token", help="forced <eol> after each row"),
     precision: str = typer.Option("bf16", "--precision", help="bf16 (autocast matmuls; 1.5x faster on CPUs with AMX) or fp32"),
+    device: str = typer.Option("auto", "--device", help="auto (cuda when visible), cpu, cuda"),
 ) -> None:
     """Train the toy transformer (tokenizer fit, dataset encoding, training, export)."""
     from sjdbench.models.toy.train import SHIPPED_STEPS, train_toy
@@ -34,7 +35,7 @@ def train(
         steps = SHIPPED_STEPS
     try:
         train_toy(out, steps=steps, seed=seed, threads=threads, resume=resume, minutes=minutes, row_end_token=row_end_token,
-                  precision=precision, log=typer.echo)
+                  precision=precision, device=device, log=typer.echo)
     except (ValueError, FileNotFoundError, OSError) as exc:
         _fail(str(exc))
 

@@ -48,3 +48,27 @@ def test_fp32_and_bf16_training_agree_at_the_start(tmp_path):
         meta = train_toy(tmp_path / precision, steps=1, seed=3, threads=1, precision=precision, log=lambda *_: None, **MINI)
         losses[precision] = meta["final"]["val_loss"]
     assert abs(losses["fp32"] - losses["bf16"]) < 0.02 * losses["fp32"]
+
+
+def test_devices_are_checked_before_any_work(tmp_path):
+    from sjdbench.models.toy.train import resolve_train_device, train_toy
+
+    with pytest.raises(ValueError, match="valid: auto, cpu, cuda"):
+        train_toy(tmp_path, steps=1, device="tpu", log=lambda *_: None, **MINI)
+    assert resolve_train_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            train_toy(tmp_path, steps=1, device="cuda", log=lambda *_: None, **MINI)
+    assert not any(tmp_path.iterdir())  # refused before fitting or writing anything
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_training_on_cuda_resumes_on_cpu(tmp_path):
+    from sjdbench.models.toy.model import build_toy_adapter
+    from sjdbench.models.toy.train import train_toy
+
+    meta = train_toy(tmp_path, steps=2, seed=3, threads=1, device="cuda", log=lambda *_: None, **MINI)
+    assert meta["train"]["device"] == "cuda"
+    meta = train_toy(tmp_path, steps=3, seed=3, threads=1, device="cpu", log=lambda *_: None, **MINI)
+    assert meta["final"]["step"] == 3 and build_toy_adapter(tmp_path).n_codes == 32
