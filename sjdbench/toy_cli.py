@@ -47,12 +47,13 @@ def train_clip(
     steps: Optional[int] = typer.Option(None, "--steps", help="fixed step count instead of the time budget"),
     seed: int = typer.Option(0, "--seed"),
     threads: int = typer.Option(2, "--threads"),
+    device: str = typer.Option("auto", "--device", help="auto (cuda when visible), cpu, cuda"),
 ) -> None:
     """Train the toy CLIP (contrastive, on fresh renders)."""
     from sjdbench.models.toy.clip import train_toy_clip
 
     try:
-        train_toy_clip(out, minutes=minutes, steps=steps, seed=seed, threads=threads, log=typer.echo)
+        train_toy_clip(out, minutes=minutes, steps=steps, seed=seed, threads=threads, device=device, log=typer.echo)
     except (ValueError, FileNotFoundError, OSError) as exc:
         _fail(str(exc))
 

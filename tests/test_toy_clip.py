@@ -1,5 +1,6 @@
-"""The shipped toy CLIP."""
+"""The shipped toy CLIP, and its training entry point."""
 import numpy as np
+import pytest
 import torch
 
 from sjdbench.models.toy.clip import CLIP_FILE, WEIGHTS_DIR, clip_score, image_features, load_toy_clip
@@ -34,3 +35,15 @@ def test_toy_clip_detects_swapped_colours_and_shapes():
     assert colour["n"] == shape["n"] == sum(len(s.objects) for s in scenes)
     assert colour["accuracy"] > 0.85  # shipped: 0.97 on 256 held-out renders; chance 0.11
     assert shape["accuracy"] > 0.65  # shipped: 0.82 on 256 held-out renders; chance 0.17
+
+
+def test_train_toy_clip_writes_loadable_weights(tmp_path):
+    from sjdbench.models.toy.clip import CLIP_FILE, CLIP_META, train_toy_clip
+
+    meta = train_toy_clip(tmp_path, steps=2, batch_size=8, threads=1, device="cpu", log=lambda *_: None)
+    assert meta["train"]["steps"] == 2 and meta["train"]["device"] == "cpu"
+    assert (tmp_path / CLIP_FILE).exists() and (tmp_path / CLIP_META).exists()
+    feats = load_toy_clip(tmp_path).image_features(np.zeros((2, 64, 64, 3), dtype=np.uint8))
+    assert tuple(feats.shape) == (2, 64)
+    with pytest.raises(ValueError, match="valid: auto, cpu, cuda"):
+        train_toy_clip(tmp_path, steps=1, device="tpu", log=lambda *_: None)

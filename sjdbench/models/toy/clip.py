@@ -192,19 +192,24 @@ def train_toy_clip(
     batch_size: int = 128,
     lr: float = 1e-3,
     hard_negatives: bool = True,
+    device: str = "cpu",
     log=print,
 ) -> dict:
-    """Contrastive training on freshly rendered pairs; stops at `steps` or after `minutes`."""
+    """Contrastive training on freshly rendered pairs; stops at `steps` or after `minutes`.
+    device: "cpu", "cuda" or "auto" (cuda when visible)."""
+    from sjdbench.models.toy.train import resolve_train_device
+
     from rich.progress import Progress
     from safetensors.torch import save_file
 
     out_dir = Path(out_dir or WEIGHTS_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
+    device = resolve_train_device(device)
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     vocab = grammar_vocabulary()
     model = _build_model(MODEL_CONFIG, len(vocab), len(vocab) - 1)
-    clip = ToyClip(model, vocab)
+    clip = ToyClip(model, vocab, device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     est_steps = steps or 10**9
@@ -227,7 +232,7 @@ def train_toy_clip(
             img_f = model.encode_image(clip.preprocess(images), normalize=True)  # (B, D)
             txt_all = model.encode_text(clip.tokenize(caps + negatives), normalize=True)  # (B + B*H, D)
             scale = model.logit_scale.exp().clamp(max=100)
-            labels = torch.arange(batch_size)
+            labels = torch.arange(batch_size, device=clip.device)
             image_to_text = scale * img_f @ txt_all.T  # (B, B + B*H): every negative caption competes
             text_to_image = scale * txt_all[:batch_size] @ img_f.T  # (B, B)
             loss = 0.5 * (F.cross_entropy(image_to_text, labels) + F.cross_entropy(text_to_image, labels))
@@ -244,12 +249,12 @@ def train_toy_clip(
     matched = clip.clip_score(val_images, val_caps).mean()
     shuffled = clip.clip_score(val_images, list(np.roll(val_caps, 1))).mean()
     swaps = {a: attribute_accuracy(clip, val_images, val_scenes, a) for a in ("shape", "colour")}
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out_dir / CLIP_FILE))
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(out_dir / CLIP_FILE))
     meta = {
         "model": MODEL_CONFIG,
         "vocab": vocab,
         "normalisation": {"mean": MEAN.tolist(), "std": STD.tolist()},
-        "train": {"seed": seed, "steps": step, "batch_size": batch_size, "lr": lr, "threads": threads,
+        "train": {"seed": seed, "steps": step, "batch_size": batch_size, "lr": lr, "threads": threads, "device": device,
                   "seconds": round(time.time() - t_start, 1), "data": "fresh render_batch(seed + 5000 + step) per step",
                   "hard_negatives": "one shape-swapped and one colour-swapped caption per image" if hard_negatives else None},
         "final": {"train_loss_last20": float(np.mean(losses[-20:])), "val_top1_of_256": acc,
