@@ -20,15 +20,28 @@ FINGERPRINTS = {
 }
 
 
-def weights_fingerprint(name: str, options: dict[str, Any]) -> str | None:
-    """Identity of the weights a run would load: part of the run id, so results of different
-    weights never mix. Raises UserError for unknown models or options (same as loading would)."""
+def _check_known(name: str) -> None:
     if name not in BUILDERS:
         raise UserError(f"unknown model '{name}'; choose one of: {', '.join(sorted(BUILDERS))}")
-    if name not in FINGERPRINTS:
+
+
+def _import(name: str, spec: str):
+    """The function behind 'module:function', imported on first use; unknown models are a UserError."""
+    _check_known(name)
+    module_name, func_name = spec.split(":")
+    try:
+        return getattr(importlib.import_module(module_name), func_name)
+    except ImportError as error:
+        raise UserError(f"model '{name}' cannot be loaded: {error}") from None
+
+
+def weights_fingerprint(name: str, options: dict[str, Any]) -> str | None:
+    """Identity of the weights a run would load: part of the run id, so results of different
+    weights never mix. Raises UserError for unknown models or missing files (as loading would)."""
+    _check_known(name)
+    if name not in FINGERPRINTS:  # no weight files (debug)
         return None
-    module_name, func_name = FINGERPRINTS[name].split(":")
-    fingerprint = getattr(importlib.import_module(module_name), func_name)
+    fingerprint = _import(name, FINGERPRINTS[name])
     accepted = inspect.signature(fingerprint).parameters
     try:
         return fingerprint(**{k: v for k, v in options.items() if k in accepted})
@@ -47,13 +60,7 @@ def resolve_device(device: str) -> str:
 
 
 def build_adapter(name: str, options: dict[str, Any], device: str):
-    if name not in BUILDERS:
-        raise UserError(f"unknown model '{name}'; choose one of: {', '.join(sorted(BUILDERS))}")
-    module_name, func_name = BUILDERS[name].split(":")
-    try:
-        builder = getattr(importlib.import_module(module_name), func_name)
-    except ImportError as error:
-        raise UserError(f"model '{name}' cannot be loaded: {error}") from None
+    builder = _import(name, BUILDERS.get(name, ""))
     accepted = inspect.signature(builder).parameters
     unknown = sorted(set(options) - set(accepted))
     if unknown:
