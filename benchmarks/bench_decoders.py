@@ -19,9 +19,8 @@ import time
 
 import torch
 
-from sjdbench.config import compose_run
+from sjdbench.config import compose_run, decoder_spec
 from sjdbench.datasets import load_prompts
-from sjdbench.decoding.build import build_decoder
 from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.models.registry import build_adapter
 from sjdbench.runner import resolve_sampling, sample_seed, synchronize
@@ -49,7 +48,7 @@ def main() -> None:
     adapter = build_adapter(ar_cfg.model.name, dict(ar_cfg.model.options), args.device)
     sampling = resolve_sampling(adapter.default_sampling, ar_cfg.sampling)
     configs = {"ar": ar_cfg} | {d: compose_run([*base, f"decoder={d}", f"decoder.window={args.window}"]) for d in args.decoders if d != "ar"}
-    parts = {name: build_decoder(cfg.decoder, adapter) for name, cfg in configs.items()}
+    parts = {name: decoder_spec(cfg).build(adapter) for name, cfg in configs.items()}
     prompts, _ = load_prompts(ar_cfg.data)
 
     for name, p in parts.items():  # warm-up, untimed

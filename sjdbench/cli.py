@@ -19,7 +19,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # one physical line per message, even in logs
 
 OVERRIDES_HELP = "Hydra overrides, e.g. model=toy decoder=sjd_vp decoder.window=32 data=smoke seed=0"
 
@@ -68,7 +68,8 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Decode every prompt of a data set with one model and decoder; resumable."""
-    from sjdbench.config import compose_run, to_yaml
+    from sjdbench.config import compose_run, decoder_spec, to_yaml
+    from sjdbench.identity import label
     from sjdbench.runner import execute
 
     try:
@@ -76,11 +77,16 @@ def run(
         if show_config:
             console.print(to_yaml(config), highlight=False, markup=False)
             return
+        for note in decoder_spec(config).unused_settings():
+            err_console.print(f"note: {note}", highlight=False, markup=False)
+        from sjdbench.config import results_root
+
+        note_legacy_runs(results_root(config))
         with Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TimeRemainingColumn(), console=console, disable=quiet or not console.is_terminal, transient=True,
         ) as bar:
-            task = bar.add_task(f"{config.model.name} / {config.decoder.name}", total=None)
+            task = bar.add_task(f"{config.model.name} / {label(config)}", total=None)
 
             def report(done: int, total: int, row) -> None:
                 bar.update(task, completed=done, total=total)
@@ -112,13 +118,14 @@ def sweep(
 
     try:
         plan = build_plan(overrides or [], add_baselines=not no_baseline)
+        note_legacy_runs(plan.directory.parent.parent)
         if dry_run:
             table = Table(title=f"sweep {plan.sweep_id}: {len(plan.points)} runs", title_justify="left")
-            for header in ("run", "status", "overrides"):
+            for header in ("run", "status", "decoder", "overrides"):
                 table.add_column(header)
             for point in plan.points:
-                label = point.label + ("  [AR baseline]" if point.baseline else "")
-                table.add_row(point.run_id, run_status(point), label)
+                typed = point.label + ("  [AR baseline]" if point.baseline else "")
+                table.add_row(point.run_id, run_status(point), point.decoder_label, typed)
             console.print(table)
             return
         slurm = {"partition": partition, "gpus_per_task": gpus_per_task, "timeout_min": timeout_min,
@@ -147,15 +154,55 @@ def sweep(
         raise typer.Exit(1)
 
 
+def note_legacy_runs(root) -> None:
+    """One line when the store holds runs keyed by an older sjdbench (they are not resumed)."""
+    from sjdbench.migrate import legacy_runs
+
+    count = len(legacy_runs(root))
+    if count:
+        err_console.print(f"note: {root} holds {count} run(s) from an older sjdbench, keyed differently and not "
+                          f"resumed; `sjdbench migrate --results-dir {root}` re-keys them", highlight=False, markup=False)
+
+
+@app.command()
+def migrate(
+    results_dir: Optional[str] = typer.Option(None, "--results-dir", help="Results root (default: results or $SJDBENCH_RESULTS)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would move; change nothing."),
+) -> None:
+    """Re-key runs written by an older sjdbench under today's run ids (nothing is lost or mixed)."""
+    import os
+    from pathlib import Path
+
+    from sjdbench.migrate import migrate_store
+
+    root = Path(results_dir or os.environ.get("SJDBENCH_RESULTS") or "results")
+    try:
+        moves = migrate_store(root, dry_run=dry_run)
+    except UserError as error:
+        fail(str(error))
+    for move in moves:
+        console.print(f"{move.old_id} -> {move.new_id or '-'}: {move.status}", highlight=False)
+    console.print(f"{len(moves)} run(s) from an older sjdbench in {root}", highlight=False)
+
+
 @app.command("list")
 def list_choices(group: Optional[str] = typer.Argument(None, help="A config group, e.g. decoder. Omit for all.")) -> None:
-    """List config groups and their choices."""
+    """List config groups and their choices (decoder parts with their knobs and defaults)."""
     from sjdbench.config import available_groups, group_choices
+    from sjdbench.decoding.parts import default_spec
 
     try:
-        groups = [group] if group else available_groups()
+        groups = [group.replace(".", "/")] if group else available_groups()
         for name in groups:
-            console.print(f"[bold]{name}[/]: {', '.join(group_choices(name))}")
+            choices = group_choices(name)
+            if name.startswith("decoder/"):
+                kind = name.split("/")[1]
+                described = []
+                for choice in choices:
+                    knobs = default_spec(kind, choice).knobs()
+                    described.append(choice + (f" ({', '.join(f'{k}={v}' for k, v in knobs.items())})" if knobs else ""))
+                choices = described
+            console.print(f"[bold]{name}[/]: {', '.join(choices)}", highlight=False)
     except UserError as error:
         fail(str(error))
 

@@ -2,16 +2,15 @@
 
 `compose_run(["model=toy", "decoder=sjd_vp", "decoder.window=32"])` returns a validated `RunConfig`.
 YAML files are merged into these dataclass schemas, so unknown keys and wrong types fail early with
-one readable line; unknown group choices list the valid ones. `run_id` hashes only the fields that
-change what is computed (not where results go), so re-running a command resumes the same run.
+one readable line; unknown group choices list the valid ones. A decoder's parts are their own
+config groups (`decoder/verifier=lantern`, knobs as `decoder.verifier.delta=0.2`); every part is
+resolved and checked here, before any model loads. Run identity lives in identity.py.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -19,8 +18,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sjdbench.errors import UserError
+from sjdbench.paths import conf_dir, config_dirs
 
-CONF_GROUPS = ("model", "decoder", "data")
+from sjdbench.decoding.parts import KINDS as PART_KINDS  # part groups: conf/decoder/<kind>/<name>.yaml
 
 
 @dataclass
@@ -30,41 +30,18 @@ class ModelConfig:
 
 
 @dataclass
-class LanternConfig:
-    k: int = 1000  # neighbourhood search size
-    delta: float = 0.1  # TV budget per token (> 1: LANTERN++ multiplicative bound)
-    zero_on: str = "all"  # residual: q zeroed on all k neighbours (LANTERN) | moved: only those in A
-
-
-@dataclass
-class GSDConfig:
-    group_size: int = 50  # G
-    p_thr: float = 0.15
-    # squared L2 between token input embeddings; null: the model's own value (`adapter.gsd_d_thr`),
-    # because the distance is in the units of each model's embedding table
-    d_thr: Optional[float] = None
-
-
-@dataclass
 class DecoderConfig:
-    name: str = "sjd"
+    """A decoder preset (conf/decoder/<name>.yaml) names one part of each kind; each part's knobs
+    live under its key (decoder.verifier.delta) and are checked against the part's own dataclass."""
+
+    name: str = "sjd"  # the preset; labels compare against it, run ids never include it
     window: int = 16  # W; 1 = autoregressive
-    proposal: str = "resample"  # resample | coupled
-    verifier: str = "exact"  # exact | greedy | lantern | gsd
-    init: str = "random"  # random | left | above | argmax_left
-    tau: Optional[float] = None  # coupled only: non-exact keep-if-ratio>=tau reading of SJD++
-    vp: bool = False  # wrap the proposal in verification prediction
-    growth_steps: int = 3  # N (VP mask and growth statistics)
+    proposal: Dict[str, Any] = field(default_factory=dict)
+    verifier: Dict[str, Any] = field(default_factory=dict)
+    init: Dict[str, Any] = field(default_factory=dict)
+    growth_steps: int = 3  # N of the consecutive-growth mask (VP and the statistics)
     growth_reading: str = "increases"  # increases: N strict increases | observations: N observations
-    gamma: float = 0.5  # EWA decay of the VP reference
-    history: int = 4  # H, iterations in the EWA reference
-    lam: float = 1.0  # lambda, scale of the log-gain score
-    fusion: str = "fused"  # fused | prior | none
-    fusion_top_k: int = 64
-    reference: str = "fused"  # fused: q := p' (exact) | p: q := p_t (literal reading, lossy)
-    lantern: LanternConfig = field(default_factory=LanternConfig)
-    gsd: GSDConfig = field(default_factory=GSDConfig)
-    trace_positions: int = 8
+    trace_positions: int = 8  # probability trajectories recorded per sample (not part of the run id)
 
 
 @dataclass
@@ -100,34 +77,67 @@ class RunConfig:
     warmup: int = 1  # untimed decodes before the first timed one
 
 
-def conf_dir() -> Path:
-    """The config tree: `sjdbench/conf` in a wheel, `<repo>/conf` in a source checkout."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "conf", here.parent / "conf"):
-        if (candidate / "config.yaml").exists():
-            return candidate
-    raise UserError("sjdbench's config directory is missing; reinstall the package (pip install -e .)")
-
-
 def group_choices(group: str) -> list[str]:
-    folder = conf_dir() / group
-    if not folder.is_dir():
+    """Choices of a config group ("decoder") or of a part group ("decoder/verifier")."""
+    folders = [root / group for root in config_dirs() if (root / group).is_dir()]
+    if not folders:
         raise UserError(f"unknown config group '{group}'; choose one of: {', '.join(available_groups())}")
-    return sorted(p.stem for p in folder.glob("*.yaml"))
+    return sorted({p.stem for folder in folders for p in folder.glob("*.yaml")})
 
 
 def available_groups() -> list[str]:
-    return sorted(p.name for p in conf_dir().iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+    """Top-level groups and the decoder part groups (decoder/proposal, decoder/verifier, decoder/init)."""
+    groups = set()
+    for root in config_dirs():
+        groups |= {p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*.yaml"))}
+        groups |= {f"decoder/{kind}" for kind in PART_KINDS if any((root / "decoder" / kind).glob("*.yaml"))}
+    return sorted(groups)
+
+
+# keys of the previous decoder schema, and where each now lives
+MOVED_KEYS = {
+    "decoder.vp": "decoder/proposal=vp",
+    "decoder.tau": "decoder/proposal=coupled decoder.proposal.tau=...",
+    "decoder.lantern": "decoder/verifier=lantern decoder.verifier.<k|delta|zero_on>=...",
+    "decoder.gsd": "decoder/verifier=gsd decoder.verifier.<group_size|p_thr|d_thr>=...",
+    **{f"decoder.{knob}": f"decoder/proposal=vp decoder.proposal.{knob}=..."
+       for knob in ("gamma", "history", "lam", "fusion", "fusion_top_k", "reference")},
+}
+
+
+def normalize_overrides(words: list[str]) -> list[str]:
+    """Accept `decoder.verifier=lantern` for `decoder/verifier=lantern` (choosing a part), and name
+    the new home of keys from the previous decoder schema."""
+    out = []
+    for word in words:
+        key, eq, value = word.partition("=")
+        bare = key.lstrip("+~")
+        if eq and bare in {f"decoder.{kind}" for kind in PART_KINDS} and re.fullmatch(r"[\w,.()*\[\] -]+", value):
+            word = f"{key[: len(key) - len(bare)]}decoder/{bare.split('.')[1]}={value}"
+        else:
+            for old, new in MOVED_KEYS.items():
+                if bare == old or bare.startswith(old + "."):
+                    raise UserError(f"{bare} is no longer a key: decoders are built from parts; use {new} "
+                                    "(see `sjdbench list`)")
+        out.append(word)
+    return out
 
 
 def _check_choices(overrides: list[str]) -> None:
     """Give a one-line error listing valid choices before Hydra's multi-line one."""
+    groups = available_groups()
     for word in overrides:
-        match = re.fullmatch(r"\+?([A-Za-z_]+)=([^,\s]+)", word)
-        if match and match.group(1) in available_groups():
-            group, choice = match.groups()
-            if choice not in group_choices(group):
-                raise UserError(f"unknown {group} '{choice}'; choose one of: {', '.join(group_choices(group))}")
+        match = re.fullmatch(r"\+?([A-Za-z_/]+)=(.*)", word)
+        if not match or match.group(1) not in groups:
+            continue
+        group, choice = match.groups()
+        label = group.replace("/", ".")
+        if choice == "":
+            raise UserError(f"{label}= needs a value; choose one of: {', '.join(group_choices(group))}")
+        if "," in choice and not choice.startswith("["):
+            raise UserError(f"{label}={choice}: `run` takes one value per key; use `sjdbench sweep` for several")
+        if re.fullmatch(r"[\w.-]+", choice) and choice not in group_choices(group):
+            raise UserError(f"unknown {label} '{choice}'; choose one of: {', '.join(group_choices(group))}")
 
 
 def _first_line(error: Exception) -> str:
@@ -154,6 +164,25 @@ def _two_lines(error: Exception) -> str:
     return ": ".join(lines) if lines else type(error).__name__
 
 
+def _unknown_key_message(key: str) -> str:
+    parts = key.split(".")
+    if len(parts) >= 3 and parts[0] == "decoder" and parts[1] in PART_KINDS:
+        kind, knob = parts[1], parts[2]
+        owners = [name for name in group_choices(f"decoder/{kind}") if _part_has_knob(kind, name, knob)]
+        hint = f"; {knob} belongs to {kind} {', '.join(owners)} (decoder/{kind}={owners[0]})" if owners else ""
+        return f"unknown config key {key}: the chosen {kind} has no knob '{knob}'{hint}"
+    return f"unknown config key {key}; see `sjdbench run --show-config` for valid keys"
+
+
+def _part_has_knob(kind: str, name: str, knob: str) -> bool:
+    from sjdbench.decoding.parts import part_yaml
+
+    import yaml
+
+    path = part_yaml(kind, name)
+    return bool(path and knob in (yaml.safe_load(path.read_text()) or {}))
+
+
 def compose_raw(overrides: list[str], config_name: str = "config") -> Any:
     """Compose the YAML tree with Hydra (context-manager form: no global state leaks)."""
     from hydra import compose, initialize_config_dir
@@ -163,8 +192,12 @@ def compose_raw(overrides: list[str], config_name: str = "config") -> Any:
     for word in overrides:
         if "=" not in word.lstrip("~"):
             raise UserError(f"'{word}' is not an override; write key=value, e.g. decoder=sjd or decoder.window=32")
+    overrides = normalize_overrides(overrides)
     _check_choices(overrides)
     register_schema()
+    extra = config_dirs()[1:]
+    if extra:
+        overrides.append("hydra.searchpath=[" + ",".join(f"file://{d.resolve()}" for d in extra) + "]")
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             return compose(config_name=config_name, overrides=overrides)
@@ -172,8 +205,7 @@ def compose_raw(overrides: list[str], config_name: str = "config") -> Any:
         text = str(error) + str(error.__cause__ or "")
         if "Key" in text and ("not in struct" in text or "not in '" in text) and "Could not override" in text:
             key = re.search(r"override '([^']+)'", text)
-            name = key.group(1) if key else "that key"
-            raise UserError(f"unknown config key {name}; see `sjdbench run --show-config` for valid keys") from None
+            raise UserError(_unknown_key_message(key.group(1) if key else "that key")) from None
         raise UserError(_two_lines(error)) from None
     except OmegaConfBaseException as error:
         raise UserError(_first_line(error)) from None
@@ -198,10 +230,8 @@ def compose_run(overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
 
 
 def validate(config: RunConfig) -> None:
-    """Checks Hydra cannot make: value ranges and part names."""
-    from sjdbench.decoding.build import validate_decoder
-
-    validate_decoder(config.decoder)
+    """Checks Hydra cannot make: value ranges and part names (the decoder resolves all its parts)."""
+    decoder_spec(config)
     if config.samples_per_prompt < 1:
         raise UserError("samples_per_prompt must be >= 1")
     if config.data.limit is not None and config.data.limit < 1:
@@ -214,43 +244,24 @@ def validate(config: RunConfig) -> None:
             raise UserError(f"data.shard {config.data.shard}: need 0 <= i < n")
 
 
+def decoder_spec(config: RunConfig) -> "DecoderSpec":  # noqa: F821
+    """The resolved decoder of a run config (its parts, typed and checked)."""
+    from sjdbench.decoding.build import resolve_decoder
+
+    return resolve_decoder(config.decoder)
+
+
+def build_preset(name: str, adapter: Any, *overrides: str) -> Any:
+    """A runnable decoder from a preset plus overrides, e.g. build_preset("sjd", adapter, "decoder.window=32")."""
+    spec = decoder_spec(compose_run([f"decoder={name}", *overrides]))
+    return spec.build(adapter)
+
+
 def results_root(config: RunConfig) -> Path:
     """`results_dir`, unless left at the default and SJDBENCH_RESULTS is set."""
     if config.results_dir == "results" and os.environ.get("SJDBENCH_RESULTS"):
         return Path(os.environ["SJDBENCH_RESULTS"])
     return Path(config.results_dir)
-
-
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-
-
-def semantic_fields(config: RunConfig, prompts_sha: str, device_type: str, weights: str | None = None) -> dict:
-    """What determines the samples: not the output path, not limit/shard (prompt-level resume).
-
-    weights: a fingerprint of the model's weight files, so a retrained model never resumes (and
-    mixes into) the results of the previous one. None for models without files (debug).
-    """
-    decoder = asdict(config.decoder)
-    decoder.pop("trace_positions")
-    data = {"name": config.data.name, "prompts_sha": prompts_sha}
-    fields = {
-        "model": asdict(config.model),
-        "decoder": decoder,
-        "data": data,
-        "sampling": asdict(config.sampling),
-        "seed": config.seed,
-        "samples_per_prompt": config.samples_per_prompt,
-        "device": device_type,
-    }
-    if weights is not None:
-        fields["weights"] = weights
-    return fields
-
-
-def run_id_for(config: RunConfig, prompts_sha: str, device_type: str, weights: str | None = None) -> str:
-    digest = hashlib.sha256(canonical_json(semantic_fields(config, prompts_sha, device_type, weights)).encode()).hexdigest()
-    return f"{config.model.name}-{config.decoder.name}-{digest[:12]}"
 
 
 def to_yaml(config: RunConfig) -> str:

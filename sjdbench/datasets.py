@@ -11,20 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sjdbench.errors import UserError
+from sjdbench.paths import prompts_dir
 
 
 @dataclass(frozen=True)
 class Prompt:
     prompt_id: int
     text: str
-
-
-def prompts_dir() -> Path:
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "prompts", here.parent / "prompts"):
-        if candidate.is_dir():
-            return candidate
-    raise UserError("sjdbench's prompts directory is missing; reinstall the package")
 
 
 def shipped_sets() -> list[str]:

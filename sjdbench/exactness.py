@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from sjdbench.decoding.loop import DecoderParts, jacobi_decode
+from sjdbench.decoding.loop import Decoder, jacobi_decode
 from sjdbench.decoding.processing import StructureMasks, process_logits
-from sjdbench.models.base import Sampling
+from sjdbench.adapter import Sampling
 
 
 class TabulatedAdapter:
@@ -41,9 +41,10 @@ class TabulatedAdapter:
         N = self.layout.n_positions
         table: dict[tuple[int, ...], torch.Tensor] = {}
         for seq in self.sequences():
-            cache = inner.new_cache(prompt, extra=1)
+            cache = inner.new_cache(prompt, extra=N - 1)
             table[()] = inner.prefill(prompt, cache).cpu()  # (2, V)
-            logits = inner.forward(torch.tensor(seq[: N - 1], device=inner.device), 0, cache).cpu()  # (2, N-1, V)
+            logits = inner.forward(torch.tensor(seq[: N - 1], device=inner.device),
+                                   torch.arange(N - 1, device=inner.device), cache).cpu()  # (2, N-1, V)
             for j in range(1, N):
                 table[seq[:j]] = logits[:, j - 1]
         return table
@@ -51,20 +52,34 @@ class TabulatedAdapter:
     def encode_prompt(self, text: str):
         return text
 
-    def new_cache(self, prompt, extra: int) -> list[int]:
-        return [-1] * self.layout.n_positions
+    def new_cache(self, prompt, extra: int) -> dict:
+        """committed[j]: the token committed at segment position j (-1: none yet); window: the last
+        forward's (tokens, positions)."""
+        return {"committed": [-1] * self.layout.n_positions, "window": ([], [])}
 
     def prefill(self, prompt, cache) -> torch.Tensor:
         return self.table[()].to(self.device)
 
-    def forward(self, tokens: torch.Tensor, seg_start: int, cache: list[int]) -> torch.Tensor:
-        values = tokens.tolist()
-        cache[seg_start : seg_start + len(values)] = values
-        rows = [self.table[tuple(cache[: seg_start + i + 1])] for i in range(len(values))]
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: dict,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        values, where = tokens.tolist(), positions.tolist()
+        cache["window"] = (values, where)
+        rows = []
+        for i, pos in enumerate(where):
+            seen = {j: t for j, t in enumerate(cache["committed"][:pos]) if t >= 0}
+            for j in range(len(values)):
+                if (j <= i) if mask is None else bool(mask[i, j]):
+                    seen[where[j]] = values[j]
+            prefix = tuple(seen.get(j, -1) for j in range(pos + 1))
+            if -1 in prefix:
+                raise ValueError(f"slot {i} at position {pos} does not see a whole prefix; only prefixes are tabulated")
+            rows.append(self.table[prefix])
         return torch.stack(rows, dim=1).to(self.device)  # (2, L, V)
 
-    def rollback(self, cache, n_tokens: int) -> None:
-        """Positions are overwritten on the next forward."""
+    def commit(self, cache: dict, slots: torch.Tensor) -> None:
+        values, where = cache["window"]
+        for slot in slots.tolist():
+            cache["committed"][where[slot]] = values[slot]
 
     def codebook(self) -> torch.Tensor:
         return self.inner.codebook()
@@ -105,27 +120,59 @@ class GoodnessOfFit:
                 f"TV={self.tv:.4f} (noise floor {self.tv_noise:.4f}) NFE={self.mean_nfe:.2f}")
 
 
-def chi_square(counts: Counter, exact: dict[tuple[int, ...], float], min_expected: float = 5.0) -> tuple[float, int, float]:
-    """Pearson chi-square; cells with expected count < min_expected are pooled into one."""
+def pooled_cells(probs: np.ndarray, n: int, min_expected: float = 5.0) -> np.ndarray:
+    """Cell index (C,) of each outcome for a Pearson test at n samples, every cell expecting >= min_expected.
+
+    Outcomes expecting fewer than min_expected form one pooled cell; while that pooled cell still
+    expects too few, it is merged into the smallest remaining cell. (Leaving a pooled cell that
+    expects, say, 0.02 makes a single observation there worth chi2 = 48: an exact sampler is then
+    rejected far more often than the test's level says.)
+    """
+    expected = probs * n
+    order = np.argsort(expected, kind="stable")  # smallest first
+    cell = np.arange(probs.size)
+    rare = expected < min_expected
+    if rare.all() or not rare.any():
+        return np.zeros(probs.size, dtype=np.int64) if rare.all() else cell
+    pooled = order[rare[order]]  # the rare outcomes
+    cell[pooled] = pooled[0]
+    pooled_expected = expected[pooled].sum()
+    for nxt in order[~rare[order]]:  # merge into the smallest common cells until the pool is big enough
+        if pooled_expected >= min_expected:
+            break
+        cell[nxt] = pooled[0]
+        pooled_expected += expected[nxt]
+    _, dense = np.unique(cell, return_inverse=True)
+    return dense.reshape(-1)
+
+
+def chi_square_table(observed: np.ndarray, probs: np.ndarray, min_expected: float = 5.0) -> tuple[np.ndarray, int, np.ndarray]:
+    """Pearson statistics for many samples at once: observed (T, C) counts of T samples over the C
+    outcomes (each row summing to the same n) -> (chi2 (T,), dof, p-values (T,))."""
     from scipy.stats import chi2 as chi2_dist
 
-    n = sum(counts.values())
-    stat, dof, pooled_obs, pooled_exp = 0.0, -1, 0.0, 0.0
-    for seq, prob in exact.items():
-        expected, observed = n * prob, counts.get(seq, 0)
-        if expected < min_expected:
-            pooled_obs += observed
-            pooled_exp += expected
-            continue
-        stat += (observed - expected) ** 2 / expected
-        dof += 1
-    impossible = sum(c for s, c in counts.items() if exact.get(s, 0.0) == 0.0)
-    if impossible:  # a sample AR can never produce: certainly not exact
-        return float("inf"), max(dof, 1), 0.0
-    if pooled_exp > 0:
-        stat += (pooled_obs - pooled_exp) ** 2 / pooled_exp
-        dof += 1
-    return stat, max(dof, 1), float(chi2_dist.sf(stat, max(dof, 1)))
+    observed = np.atleast_2d(observed)
+    n = int(observed[0].sum())
+    cells = pooled_cells(probs, n, min_expected)
+    n_cells = int(cells.max()) + 1
+    exp_cells = np.bincount(cells, weights=probs * n, minlength=n_cells)  # (K,)
+    obs_cells = np.zeros((observed.shape[0], n_cells))
+    np.add.at(obs_cells.T, cells, observed.T)  # (T, K)
+    stat = ((obs_cells - exp_cells) ** 2 / exp_cells).sum(-1)
+    dof = max(n_cells - 1, 1)
+    return stat, dof, chi2_dist.sf(stat, dof)
+
+
+def chi_square(counts: Counter, exact: dict[tuple[int, ...], float], min_expected: float = 5.0) -> tuple[float, int, float]:
+    """Pearson goodness of fit of sampled sequences against exact probabilities (cells pooled so that
+    every one expects >= min_expected). A sample AR can never produce fails outright."""
+    if any(c for s, c in counts.items() if exact.get(s, 0.0) == 0.0):
+        return float("inf"), 1, 0.0
+    seqs = list(exact)
+    probs = np.array([exact[s] for s in seqs])
+    observed = np.array([counts.get(s, 0) for s in seqs], dtype=float)
+    stat, dof, p_value = chi_square_table(observed, probs, min_expected)
+    return float(stat[0]), dof, float(p_value[0])
 
 
 def expected_tv_noise(exact: dict, n: int) -> float:
@@ -134,7 +181,7 @@ def expected_tv_noise(exact: dict, n: int) -> float:
     return float(0.5 * np.sqrt(2 / np.pi) * np.sqrt(p * (1 - p) / n).sum())
 
 
-def decoder_fit(adapter: TabulatedAdapter, parts: DecoderParts, sampling: Sampling, n_samples: int, seed: int = 0,
+def decoder_fit(adapter: TabulatedAdapter, decoder: Decoder, sampling: Sampling, n_samples: int, seed: int = 0,
                 exact: dict | None = None) -> GoodnessOfFit:
     """Draw n_samples sequences with the decoder and test them against exact AR."""
     exact = exact if exact is not None else exact_probabilities(adapter, sampling)
@@ -142,7 +189,7 @@ def decoder_fit(adapter: TabulatedAdapter, parts: DecoderParts, sampling: Sampli
     counts: Counter = Counter()
     nfe = 0
     for _ in range(n_samples):
-        result = jacobi_decode(adapter, adapter.prompt_text, parts, sampling, generator)
+        result = jacobi_decode(adapter, adapter.prompt_text, decoder, sampling, generator)
         counts[tuple(result.tokens.tolist())] += 1
         nfe += result.stats.nfe
     stat, dof, p_value = chi_square(counts, exact)

@@ -12,11 +12,12 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from sjdbench.config import RunConfig, results_root, run_id_for, to_yaml
+from sjdbench.adapter import Sampling
+from sjdbench.config import RunConfig, decoder_spec, results_root, to_yaml
 from sjdbench.datasets import Prompt, load_prompts
-from sjdbench.decoding.build import build_decoder, gsd_d_thr
+from sjdbench.decoding.build import resolved_settings
 from sjdbench.decoding.loop import jacobi_decode
-from sjdbench.models.base import Sampling
+from sjdbench.identity import SCHEMA, family, label, run_id_for
 from sjdbench.models.registry import build_adapter, resolve_device, weights_fingerprint
 from sjdbench.store import RunStore, environment, save_png
 from sjdbench.summary import summarize
@@ -73,16 +74,16 @@ def execute(config: RunConfig, progress: Progress | None = None, adapter: Any = 
 
     if adapter is None:
         adapter = build_adapter(config.model.name, dict(config.model.options), device)
-    parts = build_decoder(config.decoder, adapter)
+    spec = decoder_spec(config)
+    decoder = spec.build(adapter)
     sampling = resolve_sampling(adapter.default_sampling, config.sampling)
-    resolved = {"sampling": asdict(sampling), "weights": weights_fingerprint(config.model.name, dict(config.model.options))}
-    if config.decoder.verifier == "gsd":  # null in the config means the model's value: record which
-        resolved["gsd_d_thr"] = gsd_d_thr(config.decoder, adapter)
+    resolved = {"sampling": asdict(sampling), "weights": weights_fingerprint(config.model.name, dict(config.model.options)),
+                "decoder_spec": spec.identity(), "schema": SCHEMA, **resolved_settings(decoder)}
     store.prepare(to_yaml(config), {**environment(device), "prompts_sha": sha, **resolved})
 
     if todo and config.warmup:
         for i in range(config.warmup):  # untimed: first-call allocations and lazy init
-            jacobi_decode(adapter, todo[0][0].text, parts, sampling, torch.Generator(device).manual_seed(i))
+            jacobi_decode(adapter, todo[0][0].text, decoder, sampling, torch.Generator(device).manual_seed(i))
 
     new = 0
     if progress:
@@ -93,7 +94,7 @@ def execute(config: RunConfig, progress: Progress | None = None, adapter: Any = 
         generator = torch.Generator(device).manual_seed(sample_seed(config.seed, prompt.prompt_id, sample))
         synchronize(device)
         start = time.perf_counter()
-        result = jacobi_decode(adapter, prompt.text, parts, sampling, generator)
+        result = jacobi_decode(adapter, prompt.text, decoder, sampling, generator)
         synchronize(device)
         latency = time.perf_counter() - start
         image_name = f"{prompt.prompt_id:06d}_{sample}.png"
@@ -127,9 +128,13 @@ def finish(config: RunConfig, store: RunStore, wanted: list, run_id: str, device
         **summarize(rows),
         "run_id": run_id,
         "model": config.model.name,
-        "decoder": config.decoder.name,
+        "decoder": label(config),  # the preset plus every knob that differs from it
+        "decoder_preset": config.decoder.name,
+        "decoder_family": family(decoder_spec(config)),
+        "decoder_spec": decoder_spec(config).identity(),
         "window": config.decoder.window,
         "growth_steps": config.decoder.growth_steps,
+        "schema": SCHEMA,
         "data": config.data.name,
         "seed": config.seed,
         "device": device,

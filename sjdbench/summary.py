@@ -1,4 +1,4 @@
-"""Aggregate per-sample rows into the run summary (field names fixed in DESIGN.md)."""
+"""Aggregate per-sample rows into the run summary (field names listed in docs/DESIGN.md)."""
 from __future__ import annotations
 
 import statistics

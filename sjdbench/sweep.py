@@ -23,8 +23,9 @@ from typing import Callable, Optional
 
 import yaml
 
-from sjdbench.config import RunConfig, compose_run, conf_dir, group_choices, results_root
+from sjdbench.config import RunConfig, compose_run, group_choices, normalize_overrides, results_root
 from sjdbench.errors import UserError
+from sjdbench.paths import conf_dir
 from sjdbench.runner import RunOutcome, execute, plan
 from sjdbench.store import RunStore, atomic_write_json, atomic_write_text
 
@@ -41,7 +42,15 @@ class GridPoint:
 
     @property
     def label(self) -> str:
+        """The grid point's overrides, as typed."""
         return " ".join(self.overrides) or "(defaults)"
+
+    @property
+    def decoder_label(self) -> str:
+        """The decoder actually built, named by its preset and the knobs that differ from it."""
+        from sjdbench.identity import label
+
+        return label(self.config)
 
 
 @dataclass
@@ -64,7 +73,11 @@ def load_preset(name: str) -> tuple[dict[str, list[str]], list[str]]:
     if not path.exists():
         raise UserError(f"unknown sweep '{name}'; choose one of: {', '.join(sweep_presets())}")
     spec = yaml.safe_load(path.read_text()) or {}
-    grid = {str(k): [str(v) for v in (vs if isinstance(vs, list) else [vs])] for k, vs in (spec.get("grid") or {}).items()}
+    grid = {}
+    for key, values in (spec.get("grid") or {}).items():
+        values = [str(v) for v in (values if isinstance(values, list) else [values])]
+        key = normalize_overrides([f"{key}={values[0]}"])[0].partition("=")[0]  # decoder.verifier -> decoder/verifier
+        grid[key] = values
     fixed = [f"{k}={v}" for k, v in (spec.get("fixed") or {}).items()]
     return grid, fixed
 
@@ -81,12 +94,12 @@ def parse_words(words: list[str]) -> tuple[dict[str, list[str]], list[str]]:
     grid: dict[str, list[str]] = {}
     fixed: dict[str, str] = {}
     user_words = []
-    for word in words:
+    for word in normalize_overrides(words):
         key, _, value = word.partition("=")
         if key.lstrip("+") == "sweep":
             preset_grid, preset_fixed = load_preset(value)
             grid.update(preset_grid)
-            for item in preset_fixed:
+            for item in normalize_overrides(preset_fixed):
                 k, _, v = item.partition("=")
                 fixed[k] = v
         else:

@@ -1,18 +1,30 @@
-"""Every config composes; bad input fails with one clear line."""
-import pytest
+"""Every config composes; bad input fails with one clear line; run ids and labels follow the decoder
+that was actually built."""
+import dataclasses
+import textwrap
 
-from sjdbench.config import available_groups, compose_run, group_choices, run_id_for
+import pytest
+import yaml
+
+from sjdbench.config import available_groups, compose_run, decoder_spec, group_choices
+from sjdbench.decoding.parts import KINDS, part_choices, part_yaml, resolve_part
 from sjdbench.errors import UserError
+from sjdbench.identity import label, preset_spec, run_id_for
+
+
+def run_id(*overrides: str) -> str:
+    return run_id_for(compose_run(list(overrides)), "sha", "cpu")
 
 
 def test_groups_present():
-    assert {"model", "decoder", "data"} <= set(available_groups())
+    assert {"model", "decoder", "data", "decoder/proposal", "decoder/verifier", "decoder/init"} <= set(available_groups())
 
 
 @pytest.mark.parametrize("decoder", group_choices("decoder"))
 def test_every_decoder_composes(decoder):
     config = compose_run([f"decoder={decoder}", "model=debug"])
     assert config.decoder.name == decoder
+    assert decoder_spec(config).window >= 1
 
 
 @pytest.mark.parametrize("model", group_choices("model"))
@@ -27,17 +39,35 @@ def test_every_data_composes():
 
 
 def test_every_yaml_opens_with_a_usage_comment():
-    from sjdbench.config import conf_dir
+    from sjdbench.paths import conf_dir
 
     for path in conf_dir().rglob("*.yaml"):
         first = path.read_text().splitlines()[0]
         assert first.startswith("#"), path
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_part_yamls_state_the_dataclass_defaults(kind):
+    """A part's YAML shows users its defaults; they must be the defaults its code has."""
+    for name in part_choices(kind):
+        shown = yaml.safe_load(part_yaml(kind, name).read_text())
+        spec = resolve_part(kind, {"name": name}, kind)
+        code_defaults = {f.name: f.default for f in dataclasses.fields(spec.cls.Config)}
+        knobs = {k: v for k, v in shown.items() if k not in ("_target_", "name")}
+        assert knobs == code_defaults, f"{kind}/{name}"
+
+
 def test_overrides_are_typed():
-    config = compose_run(["decoder=sjd_vp", "decoder.window=32", "decoder.gamma=0.25", "decoder.lantern.k=5", "seed=7"])
-    assert (config.decoder.window, config.decoder.gamma, config.decoder.lantern.k, config.seed) == (32, 0.25, 5, 7)
-    assert config.decoder.vp is True
+    config = compose_run(["decoder=sjd_vp", "decoder.window=32", "decoder.proposal.gamma=0.25", "seed=7"])
+    spec = decoder_spec(config)
+    assert (spec.window, spec.proposal.config.gamma, config.seed) == (32, 0.25, 7)
+    assert spec.proposal.name == "vp" and spec.proposal.children["inner"].name == "resample"
+
+
+def test_a_part_is_chosen_with_either_spelling():
+    a = decoder_spec(compose_run(["decoder=sjd", "decoder/verifier=lantern", "decoder.verifier.k=5"]))
+    b = decoder_spec(compose_run(["decoder=sjd", "decoder.verifier=lantern", "decoder.verifier.k=5"]))
+    assert a == b and a.verifier.config.k == 5
 
 
 @pytest.mark.parametrize(
@@ -48,8 +78,16 @@ def test_overrides_are_typed():
         (["decoder.windw=3"], "unknown config key decoder.windw"),
         (["+decoder.windw=3"], "Key 'windw' not in 'DecoderConfig'"),
         (["decoder.window=abc"], "could not be converted to Integer"),
-        (["decoder.verifier=foo"], "unknown decoder.verifier 'foo'; choose one of: exact, greedy, lantern, gsd"),
-        (["decoder.init=diag"], "choose one of: random, left, above, argmax_left"),
+        (["decoder.verifier=foo"], "unknown decoder.verifier 'foo'; choose one of: exact, greedy, gsd, lantern"),
+        (["decoder.init=diag"], "choose one of: above, argmax_left, left, random"),
+        (["decoder.verifier.k=5"], "the chosen verifier has no knob 'k'; k belongs to verifier lantern"),
+        (["+decoder.proposal.gamma=0.3"], "proposal 'resample' has no knob 'gamma'"),
+        (["decoder=lantern", "decoder.verifier.delta=-1"], "decoder.verifier.delta must be >= 0, got -1"),
+        (["decoder=sjd_vp", "decoder.proposal.fusion=both"], "decoder.proposal.fusion 'both' is unknown"),
+        (["decoder=sjd_vp", "decoder.proposal.inner=foo"], "unknown decoder.proposal.inner 'foo'"),
+        (["decoder.lantern.k=5"], "decoder.lantern.k is no longer a key"),
+        (["decoder=sjd,sjd_vp"], "use `sjdbench sweep` for several"),
+        (["decoder="], "decoder= needs a value; choose one of: ar, gsd"),
         (["data.shard=3"], "data.shard must look like i/n"),
         (["window=3"], "unknown config key"),
         (["decoder"], "is not an override"),
@@ -70,3 +108,122 @@ def test_run_id_ignores_output_location_and_prompt_selection():
     assert run_id_for(a, "sha", "cpu") == run_id_for(b, "sha", "cpu")
     assert run_id_for(a, "sha", "cpu") != run_id_for(c, "sha", "cpu")
     assert run_id_for(a, "sha", "cpu") != run_id_for(a, "other", "cpu")
+
+
+def test_the_same_decoder_reached_two_ways_is_one_run():
+    assert run_id("decoder=sjd", "decoder/verifier=lantern") == run_id("decoder=lantern")
+    assert run_id("decoder=sjd", "decoder.window=1") == run_id("decoder=ar")
+    assert label(compose_run(["decoder=sjd", "decoder/verifier=lantern"])) == "lantern"
+
+
+def test_knobs_the_decoder_does_not_read_do_not_split_runs():
+    """fusion=none reads none of the fusion knobs; AR reads no part at all."""
+    none = run_id("decoder=sjd_vp", "decoder.proposal.fusion=none")
+    assert run_id("decoder=sjd_vp", "decoder.proposal.fusion=none", "decoder.proposal.lam=0.3") == none
+    assert run_id("decoder=sjd_vp", "decoder.proposal.lam=0.3") != run_id("decoder=sjd_vp")
+    assert run_id("decoder=lantern", "decoder.window=1") == run_id("decoder=ar")
+    noted = decoder_spec(compose_run(["decoder=sjd_vp", "decoder.proposal.fusion=none", "decoder.proposal.lam=0.3"]))
+    assert any("decoder.proposal.lam does nothing" in note for note in noted.unused_settings())
+    assert any("does nothing at window=1" in note
+               for note in decoder_spec(compose_run(["decoder=lantern", "decoder.window=1"])).unused_settings())
+
+
+def test_a_new_knob_rekeys_only_the_decoders_that_use_its_part(monkeypatch):
+    """Adding a field to LANTERN's config changes the ids of LANTERN runs and of no other run."""
+    from sjdbench.decoding.verifiers import lantern
+
+    before = {name: run_id(f"decoder={name}") for name in group_choices("decoder")}
+
+    @dataclasses.dataclass
+    class Extended(lantern.LanternConfig):
+        new_knob: int = 0
+
+    monkeypatch.setattr(lantern.LanternVerifier, "Config", Extended)
+    preset_spec.cache_clear()
+    after = {name: run_id(f"decoder={name}") for name in group_choices("decoder")}
+    preset_spec.cache_clear()
+    changed = {name for name in before if before[name] != after[name]}
+    assert changed == {"lantern", "lantern_vp"}
+
+
+def test_labels_name_the_knobs_that_differ_from_the_preset():
+    assert label(compose_run(["decoder=sjd_vp"])) == "sjd_vp"
+    assert label(compose_run(["decoder=sjd_vp", "decoder.growth_steps=2", "decoder.proposal.lam=0.25"])) == "sjd_vp(N=2,λ=.25)"
+    assert label(compose_run(["decoder=gsd", "decoder.verifier.group_size=25"])) == "gsd(G=25)"
+    assert label(compose_run(["decoder=sjd_pp", "decoder/proposal=vp"])) == "sjd_pp+vp"
+    assert label(compose_run(["decoder=sjd_vp", "decoder.proposal.inner=coupled"])) == "sjd_vp(inner=coupled)"
+    assert label(compose_run(["decoder=lantern", "decoder.verifier.delta=0.2"])) == "lantern(δ=.2)"
+
+
+def test_labels_distinguish_every_point_of_the_fusion_sweep():
+    from sjdbench.sweep import build_plan
+
+    plan = build_plan(["+sweep=fusion", "model=debug", "data=smoke"], add_baselines=False)
+    labels = [point.decoder_label for point in plan.points]
+    assert sorted(labels) == ["sjd_vp", "sjd_vp(fusion=none)", "sjd_vp(fusion=prior)"]
+    assert len({point.run_id for point in plan.points}) == 3
+
+
+THROWAWAY = '''
+"""A throwaway verifier for a test: accept a draft iff p(d) >= threshold."""
+from dataclasses import dataclass
+
+from sjdbench.decoding.parts import PartConfig
+from sjdbench.decoding.processing import residual
+from sjdbench.errors import UserError
+
+
+@dataclass
+class ThresholdConfig(PartConfig):
+    threshold: float = 0.2
+
+    def check(self):
+        if not 0 <= self.threshold <= 1:
+            raise UserError(f"threshold must be in [0, 1], got {self.threshold}")
+
+
+class ThresholdVerifier:
+    Config = ThresholdConfig
+    greedy = False
+
+    def __init__(self, threshold):
+        self.threshold = threshold
+
+    @classmethod
+    def build(cls, config, adapter=None):
+        return cls(config.threshold)
+
+    def accept(self, p, q, drafts, u):
+        return p.gather(-1, drafts[:, None]).squeeze(-1) >= self.threshold
+
+    def replacement(self, p, q, draft):
+        return residual(p, q)
+'''
+
+
+def test_a_new_part_is_one_file_plus_one_yaml(tmp_path, monkeypatch):
+    """A verifier written outside the package joins by one Python file and one YAML, and runs."""
+    from sjdbench.runner import execute
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "threshold_rule.py").write_text(THROWAWAY)
+    conf = tmp_path / "conf" / "decoder" / "verifier"
+    conf.mkdir(parents=True)
+    (conf / "threshold.yaml").write_text(textwrap.dedent("""\
+        # Verifier `threshold` (a test): accept iff p(d) >= threshold.
+        _target_: threshold_rule.ThresholdVerifier
+        name: threshold
+        threshold: 0.2
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    monkeypatch.setenv("SJDBENCH_CONFIG_PATH", str(tmp_path / "conf"))
+    assert "threshold" in group_choices("decoder/verifier")
+    config = compose_run(["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "decoder=sjd",
+                          "decoder/verifier=threshold", "decoder.verifier.threshold=0.05", "data=smoke", "data.limit=2",
+                          f"results_dir={tmp_path / 'results'}", "warmup=0"])
+    assert label(config) == "sjd+threshold(threshold=.05)"
+    outcome = execute(config)
+    assert outcome.status == "finished" and outcome.summary["n_samples"] == 2
+    assert outcome.summary["decoder_spec"]["verifier"] == {"name": "threshold", "threshold": 0.05}
+    with pytest.raises(UserError, match="threshold must be in"):
+        compose_run(["decoder/verifier=threshold", "decoder.verifier.threshold=2"])

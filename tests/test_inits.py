@@ -2,11 +2,17 @@
 import numpy as np
 import torch
 
-from sjdbench.decoding.inits import Init, InitContext, neighbour_tables
-from sjdbench.models.base import SegmentLayout
+from sjdbench.adapter import SegmentLayout
+from sjdbench.decoding.inits.neighbours import InitContext, neighbour_tables
+from sjdbench.decoding.parts import resolve_part
 
 LAYOUT = SegmentLayout.grid(3, 3, eol_token=3)  # positions: row r col c at 4r + c, <eol> at 4r + 3
 LEGAL = torch.arange(10, 20)
+
+
+def Init(name: str):
+    """The registered init of that name, built."""
+    return resolve_part("init", name, "decoder.init").build(None)
 
 
 def context(guess: list[int], latest: list[int] | None = None) -> InitContext:

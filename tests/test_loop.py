@@ -4,10 +4,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from sjdbench.decoding.inits import Init
-from sjdbench.decoding.loop import DecoderParts, jacobi_decode
-from sjdbench.decoding.proposals import CoupledProposal, ResampleProposal
-from sjdbench.decoding.verifiers import ExactVerifier, GreedyVerifier
+from sjdbench.decoding.loop import Decoder, jacobi_decode
+from sjdbench.decoding.parts import resolve_part
+from sjdbench.decoding.proposals.coupled import CoupledProposal
+from sjdbench.decoding.proposals.resample import ResampleProposal
+from sjdbench.decoding.verifiers.exact import ExactVerifier
+from sjdbench.decoding.verifiers.greedy import GreedyVerifier
 from sjdbench.models.debug import build_debug_adapter
 
 PROMPTS = ["a red circle", "two blue squares on a striped background", "x"]
@@ -18,8 +20,8 @@ def adapter():
     return build_debug_adapter(grid_h=6, grid_w=6, n_codes=32, init_std=0.5)
 
 
-def parts(window: int, verifier=None, proposal=None, init="random") -> DecoderParts:
-    return DecoderParts(window, proposal or ResampleProposal(), verifier or ExactVerifier(), Init(init))
+def parts(window: int, verifier=None, proposal=None, init="random") -> Decoder:
+    return Decoder(window, proposal or ResampleProposal(), verifier or ExactVerifier(), resolve_part("init", init, "init").build(None))
 
 
 def greedy(adapter):
@@ -73,21 +75,56 @@ def test_same_generator_seed_reproduces(adapter):
 
 
 def test_cache_after_rollback_equals_fresh_prefill(adapter):
-    """Feed garbage drafts, 'reject' them, then continue: logits must match a clean prefix."""
+    """Feed garbage drafts, keep only the verified slot, then continue: logits must match a clean prefix."""
     prompt = adapter.encode_prompt("a green circle")
-    seq = torch.randint(101, 101 + adapter.n_codes, (20,))
-    adapter.new_cache(prompt, extra=8)
+    g = torch.Generator().manual_seed(0)
+    seq = torch.randint(101, 101 + adapter.n_codes, (20,), generator=g)
+    arange = torch.arange
+    adapter.new_cache(prompt, extra=20)
     adapter.prefill(prompt, None)
-    clean = adapter.forward(seq, 0, None)  # (2, 20, V)
+    clean = adapter.forward(seq, arange(20), None)  # (2, 20, V)
 
-    adapter.new_cache(prompt, extra=8)
+    adapter.new_cache(prompt, extra=20)
     adapter.prefill(prompt, None)
-    adapter.forward(seq[:5], 0, None)
-    garbage = torch.randint(101, 101 + adapter.n_codes, (8,))
-    adapter.forward(torch.cat([seq[5:6], garbage]), 5, None)  # window with wrong drafts
-    adapter.rollback(None, 8)
-    resumed = adapter.forward(seq[6:], 6, None)
-    assert torch.allclose(resumed, clean[:, 6:], atol=1e-5)
+    adapter.forward(seq[:5], arange(5), None)
+    adapter.commit(None, arange(5))
+    garbage = torch.randint(101, 101 + adapter.n_codes, (8,), generator=g)
+    adapter.forward(torch.cat([seq[5:6], garbage]), arange(5, 14), None)  # window with wrong drafts
+    adapter.commit(None, arange(1))  # only x_5 is kept
+    resumed = adapter.forward(seq[6:], arange(6, 20), None)
+    torch.testing.assert_close(resumed, clean[:, 6:], atol=1e-4, rtol=1e-4)
+
+
+def test_masked_window_equals_separate_chains(adapter):
+    """Two draft chains in one window (each slot sees only its own chain) give the logits of two
+    separate forwards, and committing one chain equals having fed only that chain."""
+    prompt = adapter.encode_prompt("a green circle")
+    g = torch.Generator().manual_seed(1)
+    a = torch.randint(101, 101 + adapter.n_codes, (6,), generator=g)
+    b = torch.randint(101, 101 + adapter.n_codes, (5,), generator=g)
+    arange = torch.arange
+    adapter.new_cache(prompt, extra=16)
+    adapter.prefill(prompt, None)
+    adapter.forward(a[:1], arange(1), None)
+    adapter.commit(None, arange(1))  # position 0 committed
+    alone_a = adapter.forward(a[1:], arange(1, 6), None)
+    alone_b = adapter.forward(b, arange(1, 6), None)
+    both = torch.cat([a[1:], b])
+    mask = torch.zeros(10, 10, dtype=torch.bool)
+    mask[:5, :5] = torch.ones(5, 5, dtype=torch.bool).tril()
+    mask[5:, 5:] = torch.ones(5, 5, dtype=torch.bool).tril()
+    logits = adapter.forward(both, torch.cat([arange(1, 6), arange(1, 6)]), None, mask)
+    torch.testing.assert_close(logits[:, :5], alone_a, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logits[:, 5:], alone_b, atol=1e-4, rtol=1e-4)
+    adapter.commit(None, arange(5, 10))  # keep chain b
+    after = adapter.forward(a[:1], arange(6, 7), None)
+
+    adapter.new_cache(prompt, extra=16)
+    adapter.prefill(prompt, None)
+    adapter.forward(torch.cat([a[:1], b]), arange(6), None)
+    adapter.commit(None, arange(6))
+    fresh = adapter.forward(a[:1], arange(6, 7), None)
+    torch.testing.assert_close(after, fresh, atol=1e-4, rtol=1e-4)
 
 
 def test_cfg_branches_differ(adapter):

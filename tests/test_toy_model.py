@@ -54,18 +54,21 @@ def test_cache_path_equals_full_forward(adapter):
         L = full.shape[1]
         index = segment_index(L, prompt.length)  # the training code's segment indexing
         ref = adapter.model(full, torch.arange(L), pad_mask=mask, segment_index=index)[:, prompt.length - 1 :]  # (2, 101, V)
-    # cached: prefill, then chunks of varied size (including a rewrite of already-written slots)
-    adapter.new_cache(prompt, extra=16)
+    # cached: prefill, then windows of varied size, each committed
+    adapter.new_cache(prompt, extra=46)
     first = adapter.prefill(prompt, None)
     torch.testing.assert_close(first, ref[:, 0].float(), atol=1e-4, rtol=1e-4)
     start = 0
-    for size in (1, 7, 16, 30, 46):
-        out = adapter.forward(seg[start : start + size], start, None)
+    for size in (1, 7, 16, 30, 26):
+        positions = torch.arange(start, start + size)
+        out = adapter.forward(seg[start : start + size], positions, None)
         torch.testing.assert_close(out, ref[:, start + 1 : start + 1 + size].float(), atol=1e-4, rtol=1e-4)
+        adapter.commit(None, torch.arange(size))
         start += size
-    # rollback by rewriting: feed different drafts at 80.., then the true tokens again
-    adapter.forward(_segment(adapter, 1)[80:96], 80, None)
-    out = adapter.forward(seg[80:100], 80, None)
+    # a window of wrong drafts, none kept: the true tokens afterwards see only the committed prefix
+    adapter.forward(_segment(adapter, 1)[80:96], torch.arange(80, 96), None)
+    adapter.commit(None, torch.arange(0))
+    out = adapter.forward(seg[80:100], torch.arange(80, 100), None)
     torch.testing.assert_close(out, ref[:, 81:101].float(), atol=1e-4, rtol=1e-4)
     adapter.model.clear_cache()
 
@@ -80,12 +83,10 @@ def test_cfg_branches_differ(adapter):
 
 
 def test_jacobi_decode_makes_an_image(adapter):
-    from sjdbench.decoding.inits import Init
-    from sjdbench.decoding.loop import DecoderParts, jacobi_decode
-    from sjdbench.decoding.proposals import ResampleProposal
-    from sjdbench.decoding.verifiers import ExactVerifier
+    from sjdbench.config import build_preset
+    from sjdbench.decoding.loop import jacobi_decode
 
-    parts = DecoderParts(window=16, proposal=ResampleProposal(), verifier=ExactVerifier(), init=Init("random"))
+    parts = build_preset("sjd", adapter, "decoder.window=16")
     res = jacobi_decode(adapter, "a big green square on the left, on a white wavy background", parts,
                         adapter.default_sampling, torch.Generator().manual_seed(0))
     assert res.tokens.shape == (16 * 17,)

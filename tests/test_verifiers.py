@@ -3,7 +3,10 @@ the output distribution of "draft d ~ q, verify, replace on rejection" for given
 import pytest
 import torch
 
-from sjdbench.decoding.verifiers import ExactVerifier, GSDVerifier, GreedyVerifier, LanternVerifier, neighbour_table
+from sjdbench.decoding.verifiers.exact import ExactVerifier
+from sjdbench.decoding.verifiers.greedy import GreedyVerifier
+from sjdbench.decoding.verifiers.gsd import GSDVerifier
+from sjdbench.decoding.verifiers.lantern import LanternVerifier, neighbour_table
 
 U_GRID = (torch.arange(20000, dtype=torch.float64) + 0.5).float() / 20000  # acceptance prob by quadrature
 
@@ -143,16 +146,16 @@ def test_gsd_distance_threshold_defaults_to_the_models_value():
     """d_thr is in each model's embedding units: null takes the adapter's value, else the paper's 0.5."""
     from types import SimpleNamespace
 
-    from sjdbench.config import GSDConfig
-    from sjdbench.decoding.build import PAPER_GSD_D_THR, gsd_d_thr
+    from sjdbench.decoding.verifiers.gsd import PAPER_D_THR as PAPER_GSD_D_THR
+    from sjdbench.decoding.verifiers.gsd import GSDConfig, model_d_thr
     from sjdbench.models.toy.model import GSD_D_THR, build_toy_adapter
 
-    cfg = SimpleNamespace(gsd=GSDConfig())
-    assert cfg.gsd.d_thr is None
+    cfg = GSDConfig()
+    assert cfg.d_thr is None
     toy = build_toy_adapter()
-    assert gsd_d_thr(cfg, toy) == GSD_D_THR
-    assert gsd_d_thr(cfg, SimpleNamespace()) == PAPER_GSD_D_THR
-    assert gsd_d_thr(SimpleNamespace(gsd=GSDConfig(d_thr=0.7)), toy) == 0.7
+    assert model_d_thr(cfg, toy) == GSD_D_THR
+    assert model_d_thr(cfg, SimpleNamespace()) == PAPER_GSD_D_THR
+    assert model_d_thr(GSDConfig(d_thr=0.7), toy) == 0.7
     # on the toy, the paper's absolute 0.5 leaves every code alone (GSD would equal SJD); GSD_D_THR does not
     emb = toy.token_embeddings()[toy.image_token_ids].float()
     dist = torch.cdist(emb, emb).pow(2).fill_diagonal_(float("inf"))

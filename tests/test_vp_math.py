@@ -4,7 +4,7 @@ import math
 import torch
 
 from sjdbench.decoding.history import ProbabilityHistory
-from sjdbench.decoding.vp import VPSettings, ewa_reference, fuse
+from sjdbench.decoding.proposals.vp import VPConfig, ewa_reference, fuse
 
 
 def history_with(trajectory: list[list[float]]) -> ProbabilityHistory:
@@ -61,12 +61,12 @@ def test_score_and_fusion_renormalise():
     p = torch.tensor([[0.4, 0.35, 0.25]])
     pbar = torch.tensor([[0.2, 0.5, 0.3]])
     growth = torch.tensor([[True, False, False]])
-    fused = fuse(p, pbar, growth, VPSettings(fusion_top_k=0))
+    fused = fuse(p, pbar, growth, VPConfig(fusion_top_k=0))
     # log p'(0) = log 0.4 + (log 0.4 - log 0.2) -> p'(0) ∝ 0.4^2 / 0.2 = 0.8; others keep p
     unnorm = torch.tensor([0.8, 0.35, 0.25])
     assert torch.allclose(fused[0], unnorm / unnorm.sum(), atol=1e-6)
     # lambda scales the score: p'(0) ∝ 0.4 * (0.4/0.2)^0.5
-    half = fuse(p, pbar, growth, VPSettings(fusion_top_k=0, lam=0.5))
+    half = fuse(p, pbar, growth, VPConfig(fusion_top_k=0, lam=0.5))
     unnorm = torch.tensor([0.4 * math.sqrt(2), 0.35, 0.25])
     assert torch.allclose(half[0], unnorm / unnorm.sum(), atol=1e-6)
 
@@ -75,7 +75,7 @@ def test_fusion_respects_top_k_and_support():
     p = torch.tensor([[0.5, 0.3, 0.2, 0.0]])
     pbar = torch.tensor([[0.25, 0.15, 0.1, 0.5]])
     growth = torch.ones(1, 4, dtype=torch.bool)
-    fused = fuse(p, pbar, growth, VPSettings(fusion_top_k=1))
+    fused = fuse(p, pbar, growth, VPConfig(fusion_top_k=1))
     unnorm = torch.tensor([0.5 * 2, 0.3, 0.2, 0.0])  # only the top-1 candidate is fused
     assert torch.allclose(fused[0], unnorm / unnorm.sum(), atol=1e-6)
     assert fused[0, 3] == 0  # never leaves p's support
@@ -85,7 +85,7 @@ def test_prior_and_none_fusion_modes():
     p = torch.tensor([[0.4, 0.35, 0.25]])
     pbar = torch.tensor([[0.2, 0.5, 0.3]])
     growth = torch.tensor([[True, False, False]])
-    assert torch.equal(fuse(p, pbar, growth, VPSettings(fusion="none")), p)
-    prior = fuse(p, pbar, growth, VPSettings(fusion="prior", fusion_top_k=0))
+    assert torch.equal(fuse(p, pbar, growth, VPConfig(fusion="none")), p)
+    prior = fuse(p, pbar, growth, VPConfig(fusion="prior", fusion_top_k=0))
     unnorm = torch.tensor([2.0, 1.0, 1.0])  # exp(M S): gain 2 on the rising token, 1 elsewhere
     assert torch.allclose(prior[0], unnorm / unnorm.sum(), atol=1e-6)

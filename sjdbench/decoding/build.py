@@ -1,105 +1,108 @@
-"""Build a decoder (proposal x verifier x init) from its config; the config group is the registry."""
+"""From a decoder config to a `DecoderSpec` (resolved parts: what run ids hash and labels name) and
+from a spec to a runnable `Decoder` (parts built against a model).
+
+Resolution happens at config time, before any model loads, so every unknown part, unknown knob and
+out-of-range value fails with one line; building needs the adapter only for what a part reads from
+the model (LANTERN's codebook, GSD's embeddings).
+"""
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Any
 
-from sjdbench.decoding.inits import INITS, Init
-from sjdbench.decoding.loop import DecoderParts
-from sjdbench.decoding.proposals import CoupledProposal, ResampleProposal
-from sjdbench.decoding.verifiers import ExactVerifier, GSDVerifier, GreedyVerifier, LanternVerifier, neighbour_table
-from sjdbench.decoding.vp import VPProposal, VPSettings
+from sjdbench.decoding.loop import Decoder
+from sjdbench.decoding.parts import KINDS, PartSpec, default_spec, resolve_part
 from sjdbench.errors import UserError
 
-PROPOSALS = ("resample", "coupled")
-VERIFIERS = ("exact", "greedy", "lantern", "gsd")
-PAPER_GSD_D_THR = 0.5  # So et al.'s value on Lumina-mGPT's token embeddings
-CHOICES = {
-    "proposal": PROPOSALS,
-    "verifier": VERIFIERS,
-    "init": INITS,
-    "fusion": ("fused", "prior", "none"),
-    "reference": ("fused", "p"),
-    "growth_reading": ("increases", "observations"),
-}
+GROWTH_READINGS = ("increases", "observations")
+AR_PARTS = {"proposal": "resample", "verifier": "exact", "init": "random"}  # what W = 1 needs (greedy: argmax AR)
 
 
-def cache_dir() -> Path:
-    """Where derived per-model artefacts (LANTERN neighbourhoods) are cached."""
-    return Path(os.environ.get("SJDBENCH_CACHE", Path.home() / ".cache" / "sjdbench"))
+@dataclass(frozen=True)
+class DecoderSpec:
+    window: int
+    proposal: PartSpec
+    verifier: PartSpec
+    init: PartSpec
+    growth_steps: int = 3
+    growth_reading: str = "increases"
+    trace_positions: int = 8
+
+    @property
+    def is_ar(self) -> bool:
+        return self.window == 1
+
+    @property
+    def greedy(self) -> bool:
+        return bool(getattr(self.verifier.cls, "greedy", False))
+
+    def parts(self) -> dict[str, PartSpec]:
+        return {kind: getattr(self, kind) for kind in KINDS}
+
+    def identity(self) -> dict[str, Any]:
+        """What changes the samples and the recorded statistics, and nothing else.
+
+        AR (W = 1) has no drafts: only whether it is greedy matters. A windowed decoder is its parts
+        with the knobs they read, plus the growth mask's N and reading (VP reads the mask; the
+        statistics of every windowed decoder record it).
+        """
+        if self.is_ar:
+            return {"window": 1, "greedy": self.greedy}
+        return {
+            "window": self.window,
+            **{kind: part.identity() for kind, part in self.parts().items()},
+            "growth": {"steps": self.growth_steps, "reading": self.growth_reading},
+        }
+
+    def unused_settings(self) -> list[str]:
+        """One line per setting that differs from its default but does nothing in this decoder."""
+        notes = []
+        if self.is_ar:
+            for kind, part in self.parts().items():
+                if part.name not in (AR_PARTS[kind], "greedy"):
+                    notes.append(f"decoder.{kind} '{part.name}' does nothing at window=1 (AR); it is not part of the run id")
+            return notes
+        for kind, part in self.parts().items():
+            defaults = default_spec(kind, part.name).config
+            for knob in sorted(part.config.unused()):
+                if getattr(part.config, knob) != getattr(defaults, knob):
+                    notes.append(f"decoder.{kind}.{knob} does nothing with these settings of {kind} '{part.name}'; "
+                                 "it is not part of the run id")
+        return notes
+
+    def build(self, adapter: Any, track_growth: bool = True) -> Decoder:
+        return Decoder(
+            window=self.window,
+            proposal=self.proposal.build(adapter),
+            verifier=self.verifier.build(adapter),
+            init=self.init.build(adapter),
+            growth_steps=self.growth_steps,
+            strict_increases=self.growth_reading == "increases",
+            trace_positions=self.trace_positions,
+            track_growth=track_growth,
+        )
 
 
-def validate_decoder(cfg) -> None:
-    for key, valid in CHOICES.items():
-        value = getattr(cfg, key)
-        if value not in valid:
-            raise UserError(f"unknown decoder.{key} '{value}'; choose one of: {', '.join(valid)}")
-    if cfg.window < 1:
-        raise UserError(f"decoder.window must be >= 1, got {cfg.window}")
-    if cfg.growth_steps < 1:
-        raise UserError(f"decoder.growth_steps must be >= 1, got {cfg.growth_steps}")
-    if not 0 < cfg.gamma <= 1:
-        raise UserError(f"decoder.gamma must be in (0, 1], got {cfg.gamma}")
-    if cfg.history < 1:
-        raise UserError(f"decoder.history must be >= 1, got {cfg.history}")
-    if cfg.lantern.zero_on not in ("all", "moved"):
-        raise UserError(f"unknown decoder.lantern.zero_on '{cfg.lantern.zero_on}'; choose one of: all, moved")
-    if cfg.lantern.delta < 0 or cfg.lantern.k < 1:
-        raise UserError("decoder.lantern needs k >= 1 and delta >= 0")
-    if cfg.gsd.group_size < 0:
-        raise UserError("decoder.gsd.group_size must be >= 0")
-    if cfg.gsd.d_thr is not None and cfg.gsd.d_thr <= 0:
-        raise UserError(f"decoder.gsd.d_thr must be > 0 (or null for the model's value), got {cfg.gsd.d_thr}")
+def resolve_decoder(config: Any) -> DecoderSpec:
+    """The spec of a `DecoderConfig` (or any object with its fields); UserError on bad input."""
+    if config.window < 1:
+        raise UserError(f"decoder.window must be >= 1, got {config.window}")
+    if config.growth_steps < 1:
+        raise UserError(f"decoder.growth_steps must be >= 1, got {config.growth_steps}")
+    if config.growth_reading not in GROWTH_READINGS:
+        raise UserError(f"unknown decoder.growth_reading '{config.growth_reading}'; choose one of: {', '.join(GROWTH_READINGS)}")
+    if config.trace_positions < 0:
+        raise UserError(f"decoder.trace_positions must be >= 0, got {config.trace_positions}")
+    parts = {kind: resolve_part(kind, getattr(config, kind), f"decoder.{kind}") for kind in KINDS}
+    return DecoderSpec(config.window, growth_steps=config.growth_steps, growth_reading=config.growth_reading,
+                       trace_positions=config.trace_positions, **parts)
 
 
-def vp_settings(cfg) -> VPSettings:
-    return VPSettings(
-        growth_steps=cfg.growth_steps,
-        strict_increases=cfg.growth_reading == "increases",
-        gamma=cfg.gamma,
-        history=cfg.history,
-        lam=cfg.lam,
-        fusion_top_k=cfg.fusion_top_k,
-        fusion=cfg.fusion,
-        reference=cfg.reference,
-    )
-
-
-def build_verifier(cfg, adapter):
-    if cfg.verifier == "exact":
-        return ExactVerifier()
-    if cfg.verifier == "greedy":
-        return GreedyVerifier()
-    if cfg.verifier == "lantern":
-        table = neighbour_table(adapter.codebook(), cfg.lantern.k, cache_dir(), adapter.name)
-        return LanternVerifier(table, adapter.image_token_ids, adapter.vocab_size, cfg.lantern.delta, cfg.lantern.zero_on)
-    return GSDVerifier(adapter.token_embeddings().to(adapter.device), cfg.gsd.group_size, cfg.gsd.p_thr, gsd_d_thr(cfg, adapter))
-
-
-def gsd_d_thr(cfg, adapter) -> float:
-    """GSD's embedding-distance threshold: the config's, else the model's, else the paper's 0.5.
-
-    Why per model: the threshold is an absolute squared distance between input embeddings, whose
-    scale differs from model to model (0.5 is the published value for Lumina-mGPT; on the toy no
-    two codes are that close, so GSD would silently equal SJD).
-    """
-    if cfg.gsd.d_thr is not None:
-        return float(cfg.gsd.d_thr)
-    return float(getattr(adapter, "gsd_d_thr", PAPER_GSD_D_THR))
-
-
-def build_decoder(cfg, adapter) -> DecoderParts:
-    validate_decoder(cfg)
-    proposal = ResampleProposal() if cfg.proposal == "resample" else CoupledProposal(cfg.tau)
-    if cfg.vp:
-        proposal = VPProposal(proposal, vp_settings(cfg))
-    return DecoderParts(
-        window=cfg.window,
-        proposal=proposal,
-        verifier=build_verifier(cfg, adapter),
-        init=Init(cfg.init),
-        growth_steps=cfg.growth_steps,
-        strict_increases=cfg.growth_reading == "increases",
-        trace_positions=cfg.trace_positions,
-        name=cfg.name,
-    )
+def resolved_settings(decoder: Decoder) -> dict:
+    """Settings parts decided when built (e.g. GSD's model-specific threshold), for env.json."""
+    out: dict = {}
+    for part in (decoder.proposal, decoder.verifier, decoder.init):
+        resolved = getattr(part, "resolved", None)
+        if callable(resolved):
+            out.update(resolved())
+    return out

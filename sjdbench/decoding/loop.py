@@ -1,12 +1,15 @@
 """The one decoding loop: a sliding Jacobi window verified speculatively, for every decoder.
 
-One iteration = one model forward over the window [x_{n-1}, d_n, ..., d_{n+L-2}] (x_{n-1} is the
-last committed token, not yet in the cache). Slot j's logits give p at position n+j. Drafts are
-checked in order by the verifier (vectorised; the accepted prefix is a cumulative product of the
-flags), the first rejected slot gets the verifier's replacement (all passed: a bonus draw from the
-last slot), the cache is rolled back over the rejected slots, and the proposal turns the remaining
-slots' distributions into next iteration's drafts; never-seen tail slots get fresh drafts from the
-init. AR is this loop with W = 1. The loop never knows which model it drives.
+Per iteration (docs/ALGORITHMS.md §0-§5):
+1. fill: never-predicted slots get fresh drafts from the init;
+2. forward the window [x_{n-1}, d_n, ..., d_{n+L-2}] once (x_{n-1}: the last committed token, not
+   yet in the cache); slot j's logits give the target p at position n+j;
+3. verify the drafts in order (vectorised: the accepted prefix is a cumulative product of the
+   verifier's flags); the first rejected slot emits the verifier's replacement, or, when every
+   draft passed, the last slot gives a bonus draw;
+4. commit x_{n-1} and the accepted drafts to the cache;
+5. propose: the slots past the commit point turn their p into next iteration's drafts.
+AR is this loop with W = 1. The loop never knows which model it drives.
 """
 from __future__ import annotations
 
@@ -15,40 +18,37 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
+from sjdbench.adapter import ImageARAdapter, Sampling
 from sjdbench.decoding.history import ProbabilityHistory
-from sjdbench.decoding.inits import Init, InitContext, neighbour_tables
-from sjdbench.decoding.processing import StructureMasks, one_hot, process_logits, sample
+from sjdbench.decoding.inits.neighbours import InitContext, neighbour_tables
+from sjdbench.decoding.parts import Carried, Init, Proposal, ProposalContext, Verifier
+from sjdbench.decoding.processing import StructureMasks, process_logits, sample
 from sjdbench.decoding.stats import DecodeStats
-from sjdbench.models.base import ImageARAdapter, Sampling
+from sjdbench.decoding.window import WindowState
 
 
-@dataclass
-class DecoderParts:
-    """A decoder = proposal x verifier x init, with a window size W (W = 1 is AR)."""
+@dataclass(frozen=True)
+class Decoder:
+    """A decoder = proposal x verifier x init with a window of W slots (W = 1 is AR)."""
 
     window: int
-    proposal: object
-    verifier: object
+    proposal: Proposal
+    verifier: Verifier
     init: Init
-    growth_steps: int = 3  # N for the consecutive-growth statistics (and VP's mask)
-    strict_increases: bool = True
+    growth_steps: int = 3  # N of the consecutive-growth mask (statistics and VP alike)
+    strict_increases: bool = True  # N strict increases (N + 1 observations); False: N observations
     trace_positions: int = 8  # positions whose probability trajectories are recorded
-    track_growth: bool = True  # keep the probability history for growth statistics (VP always does)
-    name: str = ""
+    track_growth: bool = True  # keep the probability history for the growth statistics
+
+    @property
+    def growth_observations(self) -> int:
+        return self.growth_steps + 1 if self.strict_increases else self.growth_steps
 
 
 @dataclass
 class DecodeResult:
     tokens: torch.Tensor  # (N,) on CPU
     stats: DecodeStats = field(repr=False)
-
-
-def _trace_set(layout, count: int) -> set[int]:
-    content = torch.nonzero(~layout.is_forced).squeeze(1).tolist()
-    if count <= 0 or not content:
-        return set()
-    picks = np.linspace(0, len(content) - 1, num=min(count, len(content))).round().astype(int)
-    return {content[i] for i in picks}
 
 
 @dataclass
@@ -79,113 +79,111 @@ def loop_constants(adapter: ImageARAdapter) -> LoopConstants:
     return constants
 
 
+def _trace_set(layout, count: int) -> set[int]:
+    content = torch.nonzero(~layout.is_forced).squeeze(1).tolist()
+    if count <= 0 or not content:
+        return set()
+    picks = np.linspace(0, len(content) - 1, num=min(count, len(content))).round().astype(int)
+    return {content[i] for i in picks}
+
+
+def _carried(verified: WindowState, m: int, slots: int) -> Carried:
+    """The drafts at the slots past the commit point, padded to `slots`: the window's last slot
+    (position n+L-1) has only just been predicted and carries no draft."""
+    rest = verified.keep_from(m)
+    pad = slots - len(rest)
+    drafts = torch.cat([rest.drafts, rest.drafts.new_zeros(pad)])
+    refs = torch.cat([rest.refs, rest.refs.new_zeros(pad, rest.refs.shape[-1])])
+    has_old = torch.arange(slots, device=drafts.device) < len(rest)
+    return Carried(drafts, refs, has_old)
+
+
 def jacobi_decode(
     adapter: ImageARAdapter,
     prompt_text: str,
-    parts: DecoderParts,
+    decoder: Decoder,
     sampling: Sampling,
     generator: torch.Generator,
 ) -> DecodeResult:
-    layout, device, V, W = adapter.layout, adapter.device, adapter.vocab_size, parts.window
+    layout, device, V, W = adapter.layout, adapter.device, adapter.vocab_size, decoder.window
     N = layout.n_positions
-    if parts.verifier.greedy:
+    if decoder.verifier.greedy:
         sampling = replace(sampling, temperature=0.0)
     constants = loop_constants(adapter)
-    content_cpu, masks = constants.content, constants.masks
-    stats = DecodeStats.empty(W, n_tokens=N, n_content=int(content_cpu.sum()))
-    traced = _trace_set(layout, parts.trace_positions) if parts.track_growth else set()
+    masks = constants.masks
+    stats = DecodeStats.empty(W, n_tokens=N, n_content=int(constants.content.sum()))
+    depth = max(decoder.growth_observations, decoder.proposal.history_depth, 8)
+    keep_history = W > 1 and (decoder.track_growth or decoder.proposal.history_depth > 0)
+    history = ProbabilityHistory(W, depth, V, device) if keep_history else None
+    traced = _trace_set(layout, decoder.trace_positions) if history is not None else set()
 
     prompt = adapter.encode_prompt(prompt_text)
     cache = adapter.new_cache(prompt, extra=W)
-    first = adapter.prefill(prompt, cache)  # (2, V)
-    p0 = process_logits(first[:, None], masks.window(0, 1), sampling)  # (1, V)
+    p0 = process_logits(adapter.prefill(prompt, cache)[:, None], masks.window(0, 1), sampling)  # (1, V)
     tokens = torch.full((N,), -1, dtype=torch.long, device=device)
     tokens[0] = sample(p0, generator)[0]
     stats.nfe = 1
     n = 1
-
-    depth = max(parts.growth_steps + 1, getattr(getattr(parts.proposal, "settings", None), "history", 0) + 1, 8)
-    vp_distribution = getattr(parts.proposal, "proposal_distribution", None)
-    vp_settings = getattr(parts.proposal, "settings", None)
-    if vp_settings is not None and (vp_settings.growth_steps, vp_settings.strict_increases) != (parts.growth_steps, parts.strict_increases):
-        raise ValueError("VP's growth_steps/reading must equal the decoder's: the loop computes one growth mask for both")
-    keep_history = W > 1 and (parts.track_growth or vp_distribution is not None)
-    history = ProbabilityHistory(W, depth, V, device) if keep_history else None
-    ctx = InitContext(layout, constants.forced, constants.left_of, constants.above_of, adapter.image_token_ids, tokens.clone(),
-                      torch.full((N,), -1, dtype=torch.long, device=device))
-    drafts = torch.empty(0, dtype=torch.long, device=device)  # drafts for positions n, n+1, ...
-    refs = torch.empty(0, V, device=device)  # their references q
-    fresh = np.zeros(0, dtype=bool)  # drafted by the init (one-hot q)
-    grew = torch.zeros(0, dtype=torch.bool, device=device)  # M = 1 on the draft when proposed
-    eligible = torch.zeros(0, dtype=torch.bool, device=device)  # had enough observations for M
-    growth_obs = parts.growth_steps + 1 if parts.strict_increases else parts.growth_steps
+    ctx = InitContext(layout, constants.forced, constants.left_of, constants.above_of, adapter.image_token_ids,
+                      tokens.clone(), torch.full((N,), -1, dtype=torch.long, device=device))
+    window = WindowState.empty(V, device)  # drafts for positions n, n+1, ...
 
     while n < N:
-        L = min(W, N - n)
-        missing = L - 1 - drafts.numel()
-        if missing > 0:  # fresh drafts for slots never predicted before
-            new_pos = list(range(n + drafts.numel(), n + L - 1))
-            new = parts.init.fill(new_pos, ctx, generator)
-            drafts = torch.cat([drafts, new])
-            refs = torch.cat([refs, one_hot(new, V)])
-            fresh = np.concatenate([fresh, np.ones(missing, dtype=bool)])
-            grew = torch.cat([grew, torch.zeros(missing, dtype=torch.bool, device=device)])
-            eligible = torch.cat([eligible, torch.zeros(missing, dtype=torch.bool, device=device)])
-        d, q = drafts[: L - 1], refs[: L - 1]
+        L = min(W, N - n)  # slots: x_{n-1}, then drafts for positions n .. n+L-2
+        if len(window) < L - 1:  # 1. fill never-predicted slots
+            fresh_positions = list(range(n + len(window), n + L - 1))
+            window = window.append_fresh(decoder.init.fill(fresh_positions, ctx, generator))
+        drafts = window.head(L - 1)
 
-        window = torch.cat([tokens[n - 1 : n], d])  # (L,)
-        logits = adapter.forward(window, n - 1, cache)  # (2, L, V)
+        # 2. one forward; slot j predicts position n + j
+        inputs = torch.cat([tokens[n - 1 : n], drafts.drafts])  # (L,)
+        logits = adapter.forward(inputs, torch.arange(n - 1, n - 1 + L, device=device), cache)  # (2, L, V)
         stats.nfe += 1
-        positions = torch.arange(n, n + L, device=device)
+        targets = torch.arange(n, n + L, device=device)
         p = process_logits(logits, masks.window(n, n + L), sampling)  # (L, V)
-        if history is not None:
-            history.push(positions, p)
-            # one growth mask per iteration over the whole window, now including this iteration's p:
-            # sliced for the verified drafts (growth up to verification) and for the proposal
-            growth_window = history.growth_mask(positions, parts.growth_steps, parts.strict_increases)  # (L, V)
-            observed = history.observations(positions)  # (L,)
+        if history is not None:  # one growth mask per iteration, for VP and the statistics alike
+            history.push(targets, p)
+            growth = history.growth_mask(targets, decoder.growth_steps, decoder.strict_increases)  # (L, V)
+            observed = history.observations(targets) >= decoder.growth_observations  # (L,)
         ctx.latest_argmax[n : n + L] = p.argmax(-1)
 
+        # 3. verify: accepted prefix, then the residual at the first rejection or a bonus draw
         u = torch.rand(L - 1, generator=generator, device=device)
-        passed = parts.verifier.accept(p[: L - 1], q, d, u)  # (L-1,)
-        k = int(passed.long().cumprod(0).sum())  # accepted prefix: the one host sync per iteration
-        tokens[n : n + k] = d[:k]
+        passed = decoder.verifier.accept(p[: L - 1], drafts.refs, drafts.drafts, u)  # (L-1,)
+        k = int(passed.long().cumprod(0).sum())  # the one host sync per iteration
+        tokens[n : n + k] = drafts.drafts[:k]
         if k < L - 1:
-            tokens[n + k] = sample(parts.verifier.replacement(p[k], q[k], d[k]), generator)
+            emitted = decoder.verifier.replacement(p[k], drafts.refs[k], drafts.drafts[k])  # (V,)
         else:
-            tokens[n + L - 1] = sample(p[L - 1 :], generator)[0]
+            emitted = p[L - 1]
+        tokens[n + k] = sample(emitted[None], generator)[0]
         m = k + 1
-        adapter.rollback(cache, L - m)
-        ctx.guess[n : n + m] = tokens[n : n + m]
-        if history is not None:
-            grew_verify = growth_window[: L - 1].gather(-1, d[:, None]).squeeze(-1)
-            stats.record_iteration(m, k, L - 1, content_cpu[n : n + L - 1], fresh[: L - 1], grew[: L - 1],
-                                   eligible[: L - 1], grew_verify, observed[: L - 1] >= growth_obs)
-        else:
-            stats.record_iteration(m, k, L - 1, content_cpu[n : n + L - 1], fresh[: L - 1])
-        for pos in traced.intersection(range(n, n + m)):
-            if history is not None:
-                stats.trajectories.append({"pos": pos, "token": int(tokens[pos]), "probs": history.trajectory(pos, int(tokens[pos]))})
 
-        if m < L:  # the proposal turns slots m..L-1 into next iteration's drafts
-            rest = positions[m:]
-            growth = growth_window[m:] if history is not None else None  # (L-m, V)
-            r, ref = vp_distribution(p[m:], rest, history, growth) if vp_distribution else (p[m:], p[m:])
-            old = torch.cat([d[m:], d.new_zeros(1)])  # position n+L-1 had no draft yet
-            old_q = torch.cat([q[m:], p.new_zeros(1, V)])
-            has_old = torch.arange(L - m, device=device) < (L - 1 - m)
-            drafts = parts.proposal.draw(r, old, old_q, has_old, generator)
-            refs = ref
-            fresh = np.zeros(L - m, dtype=bool)
-            if growth is not None:
-                grew = growth.gather(-1, drafts[:, None]).squeeze(-1)
-                eligible = observed[m:] >= growth_obs
-            else:
-                grew = eligible = torch.zeros(L - m, dtype=torch.bool, device=device)
-            ctx.guess[n + m : n + L] = drafts
+        # 4. commit x_{n-1} and the k accepted drafts (slots 0..k); the rest of the window is dropped
+        adapter.commit(cache, torch.arange(m, device=device))
+        ctx.guess[n : n + m] = tokens[n : n + m]
+        content = constants.content[n : n + L - 1]
+        if history is not None:
+            grew_at_verify = growth[: L - 1].gather(-1, drafts.drafts[:, None]).squeeze(-1)
+            stats.record_iteration(m, k, L - 1, content, drafts.fresh, drafts.grew, drafts.eligible,
+                                   grew_at_verify, observed[: L - 1])
+            for pos in traced.intersection(range(n, n + m)):
+                token = int(tokens[pos])
+                stats.trajectories.append({"pos": pos, "token": token, "probs": history.trajectory(pos, token)})
         else:
-            drafts, refs = drafts[:0], refs[:0]
-            fresh, grew, eligible = fresh[:0], grew[:0], eligible[:0]
+            stats.record_iteration(m, k, L - 1, content, drafts.fresh)
+
+        # 5. propose next drafts for the slots past the commit point (positions n+m .. n+L-1)
+        if m < L:
+            proposal_ctx = ProposalContext(targets[m:], history, growth[m:] if history is not None else None, generator)
+            new, refs = decoder.proposal.propose(p[m:], _carried(drafts, m, L - m), proposal_ctx)
+            if history is not None:
+                window = WindowState.proposed(new, refs, growth[m:].gather(-1, new[:, None]).squeeze(-1), observed[m:])
+            else:
+                window = WindowState.proposed(new, refs)
+            ctx.guess[n + m : n + L] = new
+        else:
+            window = WindowState.empty(V, device)
         n += m
 
     return DecodeResult(tokens.cpu(), stats)

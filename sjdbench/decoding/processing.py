@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from sjdbench.models.base import Sampling
+from sjdbench.adapter import Sampling
 
 NEG_INF = float("-inf")
 

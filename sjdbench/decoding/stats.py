@@ -1,4 +1,4 @@
-"""Per-sample decoding statistics (definitions in ALGORITHMS.md §10).
+"""Per-sample decoding statistics (definitions in docs/ALGORITHMS.md §10).
 
 Counts that the loop knows on the host (accepted prefix length) are plain ints; counts that depend
 on device-side flags (growth) stay tensors until the end, so recording adds no host sync.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sjdbench.models.base import Sampling, SegmentLayout
+from sjdbench.adapter import Sampling, SegmentLayout
 from sjdbench.models.llama import Llama, LlamaConfig
 from sjdbench.models.llama_adapter import EOI, EOL, LlamaImageAdapter, vocab_size_for
 

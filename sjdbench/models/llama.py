@@ -77,21 +77,32 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class KVCache(nn.Module):
-    """Static cache (B, nh, max_len, hd) per layer plus a key-validity mask (B, max_len).
+    """Static cache (B, nh, max_len + window, hd) per layer, in two regions.
 
-    `key_valid` marks padding slots (left-padded unconditional prompts) as invisible.
+    Indices 0..max_len-1 hold *committed* tokens at their absolute positions; the last `window`
+    indices hold the current window's slots, by slot. A window forward writes only the window
+    region; `commit` copies the chosen slots to their positions. So any subset of a window can be
+    kept (a prefix of a chain, one path of a draft tree, several rows' prefixes), and drafts that
+    were not kept never reach the committed region.
     """
 
-    def __init__(self, batch: int, n_heads: int, max_len: int, head_dim: int, dtype, device) -> None:
+    def __init__(self, batch: int, n_heads: int, max_len: int, window: int, head_dim: int, dtype, device) -> None:
         super().__init__()
-        shape = (batch, n_heads, max_len, head_dim)
+        self.max_len, self.window = max_len, window
+        shape = (batch, n_heads, max_len + window, head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
-    def write(self, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self.k[:, :, pos] = k
-        self.v[:, :, pos] = v
+    def write(self, index: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v (B, nh, L, hd) at cache indices (L,); returns the whole cache for attention."""
+        self.k[:, :, index] = k
+        self.v[:, :, index] = v
         return self.k, self.v
+
+    def commit(self, slots: torch.Tensor, positions: torch.Tensor) -> None:
+        """Copy window slots (k,) to the committed region at absolute positions (k,)."""
+        self.k[:, :, positions] = self.k[:, :, self.max_len + slots]
+        self.v[:, :, positions] = self.v[:, :, self.max_len + slots]
 
 
 class Attention(nn.Module):
@@ -102,7 +113,8 @@ class Attention(nn.Module):
         self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
         self.cache: KVCache | None = None
 
-    def forward(self, x, cos, sin, pos, mask) -> torch.Tensor:
+    def forward(self, x, cos, sin, index, mask) -> torch.Tensor:
+        """index: (L,) cache indices the new keys are written to (unused without a cache)."""
         B, L, D = x.shape
         nh, hd = self.cfg.n_heads, self.cfg.head_dim
         q, k, v = self.wqkv(x).split(D, dim=-1)
@@ -111,7 +123,7 @@ class Attention(nn.Module):
         v = v.view(B, L, nh, hd).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if self.cache is not None:
-            k, v = self.cache.write(pos, k, v)  # (B, nh, max_len, hd)
+            k, v = self.cache.write(index, k, v)  # (B, nh, max_len + window, hd)
         # attention stays fp32 under bf16 autocast (training): the softmax over a few hundred keys is
         # where reduced precision hurts most; measured on 2 cores it costs 0.80 s vs 0.75 s per toy step
         with torch.autocast(x.device.type, enabled=False):
@@ -138,8 +150,8 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.ffn = FeedForward(cfg)
 
-    def forward(self, x, cos, sin, pos, mask) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin, pos, mask)
+    def forward(self, x, cos, sin, index, mask) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, index, mask)
         return x + self.ffn(self.ffn_norm(x))
 
 
@@ -157,7 +169,7 @@ class Llama(nn.Module):
         cos, sin = rope_tables(cfg)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
-        self.key_valid: torch.Tensor | None = None  # (B, max_len) bool, set with the cache
+        self.key_valid: torch.Tensor | None = None  # (B, max_len) committed keys that may be seen
         self.apply(self._init_weights)
 
     @staticmethod
@@ -165,17 +177,33 @@ class Llama(nn.Module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def setup_cache(self, batch: int, max_len: int) -> None:
-        """Allocate a fresh static cache; all keys start invisible until written."""
+    def setup_cache(self, batch: int, max_len: int, window: int = 0) -> None:
+        """Allocate a fresh static cache for `max_len` positions plus a window of `window` slots;
+        all keys start invisible until written."""
         p = self.head.weight
         for layer in self.layers:
-            layer.attn.cache = KVCache(batch, self.cfg.n_heads, max_len, self.cfg.head_dim, p.dtype, p.device)
+            layer.attn.cache = KVCache(batch, self.cfg.n_heads, max_len, window, self.cfg.head_dim, p.dtype, p.device)
         self.key_valid = torch.zeros(batch, max_len, dtype=torch.bool, device=p.device)
 
     def clear_cache(self) -> None:
         for layer in self.layers:
             layer.attn.cache = None
         self.key_valid = None
+
+    def _embed(self, tokens: torch.Tensor, segment_index: torch.Tensor | None) -> torch.Tensor:
+        x = self.embed(tokens)  # (B, L, D)
+        if self.segment_embed is not None:
+            if segment_index is None:
+                raise ValueError("this model embeds segment positions: pass segment_index (-1 for prompt tokens)")
+            in_segment = (segment_index >= 0).to(x.dtype)[:, None]  # (L, 1)
+            x = x + self.segment_embed(segment_index.clamp(min=0)) * in_segment  # (B, L, D)
+        return x
+
+    def _run(self, x: torch.Tensor, pos: torch.Tensor, index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        cos, sin = self.rope_cos[pos], self.rope_sin[pos]  # (L, hd/2)
+        for layer in self.layers:
+            x = layer(x, cos, sin, index, mask)
+        return self.head(self.norm(x))
 
     def forward(
         self, tokens: torch.Tensor, pos: torch.Tensor, pad_mask: torch.Tensor | None = None,
@@ -185,28 +213,56 @@ class Llama(nn.Module):
         segment_index: (L,) index of each input token in the generated segment, -1 for prompt tokens
         (used only when cfg.segment_len > 0).
 
-        Returns logits (B, L, V). Without a cache this is a plain causal forward (training).
+        Returns logits (B, L, V). Without a cache this is a plain causal forward (training); with one
+        the tokens are written straight to the committed region (the prompt prefill).
         """
         B, L = tokens.shape
-        x = self.embed(tokens)  # (B, L, D)
-        if self.segment_embed is not None:
-            if segment_index is None:
-                raise ValueError("this model embeds segment positions: pass segment_index (-1 for prompt tokens)")
-            in_segment = (segment_index >= 0).to(x.dtype)[:, None]  # (L, 1)
-            x = x + self.segment_embed(segment_index.clamp(min=0)) * in_segment  # (B, L, D)
-        cos, sin = self.rope_cos[pos], self.rope_sin[pos]  # (L, hd/2)
+        x = self._embed(tokens, segment_index)
         if self.key_valid is not None:
             valid = torch.ones(B, L, dtype=torch.bool, device=tokens.device) if pad_mask is None else pad_mask
             self.key_valid[:, pos] = valid
-            key_pos = torch.arange(self.key_valid.shape[1], device=tokens.device)
+            max_len = self.key_valid.shape[1]
+            key_pos = torch.arange(max_len, device=tokens.device)
             causal = key_pos[None, :] <= pos[:, None]  # (L, max_len)
             itself = key_pos[None, :] == pos[:, None]  # a padding query sees itself: no NaN rows
-            mask = (causal[None, None] & self.key_valid[:, None, None, :]) | itself[None, None]  # (B, 1, L, max_len)
-        else:
-            causal = torch.ones(L, L, dtype=torch.bool, device=tokens.device).tril()
-            mask = causal[None, None]
-            if pad_mask is not None:
-                mask = (mask & pad_mask[:, None, None, :]) | torch.eye(L, dtype=torch.bool, device=tokens.device)
+            committed = (causal[None, None] & self.key_valid[:, None, None, :]) | itself[None, None]  # (B, 1, L, max_len)
+            window = self.layers[0].attn.cache.window
+            mask = torch.cat([committed, committed.new_zeros(B, 1, L, window)], dim=-1)  # window region unseen
+            return self._run(x, pos, pos, mask)
+        causal = torch.ones(L, L, dtype=torch.bool, device=tokens.device).tril()
+        mask = causal[None, None]
+        if pad_mask is not None:
+            mask = (mask & pad_mask[:, None, None, :]) | torch.eye(L, dtype=torch.bool, device=tokens.device)
+        return self._run(x, pos, pos, mask)
+
+    def forward_window(
+        self, tokens: torch.Tensor, pos: torch.Tensor, window_mask: torch.Tensor | None = None,
+        segment_index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """A window of drafts: tokens (B, L) at absolute positions pos (L,) -> logits (B, L, V).
+
+        Slot i sees the committed keys at positions < pos[i] and the window slots j with
+        window_mask[i, j] (L, L) (None: causal, j <= i). Keys go to the window region only.
+        """
+        B, L = tokens.shape
+        cache = self.layers[0].attn.cache
+        if self.key_valid is None or L > cache.window:
+            raise ValueError(f"window of {L} slots needs a cache set up with window >= {L}")
+        x = self._embed(tokens, segment_index)
+        max_len = self.key_valid.shape[1]
+        key_pos = torch.arange(max_len, device=tokens.device)
+        earlier = key_pos[None, :] < pos[:, None]  # (L, max_len)
+        committed = earlier[None, None] & self.key_valid[:, None, None, :]  # (B, 1, L, max_len)
+        if window_mask is None:
+            window_mask = torch.ones(L, L, dtype=torch.bool, device=tokens.device).tril()
+        slots = torch.zeros(L, cache.window, dtype=torch.bool, device=tokens.device)
+        slots[:, :L] = window_mask
+        mask = torch.cat([committed, slots[None, None].expand(B, 1, L, cache.window)], dim=-1)
+        index = max_len + torch.arange(L, device=tokens.device)
+        return self._run(x, pos, index, mask)
+
+    def commit_window(self, slots: torch.Tensor, positions: torch.Tensor) -> None:
+        """Keep window slots (k,) as committed tokens at absolute positions (k,)."""
         for layer in self.layers:
-            x = layer(x, cos, sin, pos, mask)
-        return self.head(self.norm(x))
+            layer.attn.cache.commit(slots, positions)
+        self.key_valid[:, positions] = True

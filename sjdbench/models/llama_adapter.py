@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from sjdbench.models.base import PromptBatch, Sampling, SegmentLayout
+from sjdbench.adapter import PromptBatch, Sampling, SegmentLayout
 from sjdbench.models.llama import Llama
 
 PAD, BOS, BOI, EOL, EOI = 0, 1, 2, 3, 4
@@ -46,7 +46,7 @@ def prompt_tokens(caption: str | None, encode: Callable[[str], list[int]] = enco
 class LlamaImageAdapter:
     """Drives a `Llama` whose generated segment is a (h, w) grid of codes, optional <eol>/<eoi>."""
 
-    gsd_d_thr: float = 0.5  # GSD's embedding-distance threshold in this model's units (see decoding/build.py)
+    gsd_d_thr: float = 0.5  # GSD's embedding-distance threshold in this model's units (see the GSD verifier)
 
     def __init__(
         self,
@@ -71,6 +71,7 @@ class LlamaImageAdapter:
         self.device = next(model.parameters()).device
         self.image_token_ids = torch.arange(CODE_OFFSET, CODE_OFFSET + n_codes, device=self.device)
         self._prompt_len = 0
+        self._window_positions = torch.empty(0, dtype=torch.long, device=self.device)  # of the last window
 
     # -- prompt and cache -------------------------------------------------------------------
     def encode_prompt(self, text: str) -> PromptBatch:
@@ -83,13 +84,14 @@ class LlamaImageAdapter:
         return PromptBatch(tokens.to(self.device), pad_mask.to(self.device), text=text)
 
     def new_cache(self, prompt: PromptBatch, extra: int) -> None:
-        max_len = prompt.length + self.layout.n_positions + extra
+        """The model's own static cache: prompt + segment positions, plus a window of `extra` slots."""
+        max_len = prompt.length + self.layout.n_positions
         if max_len > self.model.cfg.max_seq_len:
             raise ValueError(
                 f"prompt of {prompt.length} tokens + {self.layout.n_positions} image positions exceeds "
                 f"the model's {self.model.cfg.max_seq_len} positions; shorten the prompt"
             )
-        self.model.setup_cache(2, max_len)
+        self.model.setup_cache(2, max_len, window=max(extra, 1))
         self._prompt_len = prompt.length
         return None
 
@@ -101,16 +103,19 @@ class LlamaImageAdapter:
         return logits[:, -1].float()
 
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, seg_start: int, cache: None) -> torch.Tensor:
-        L = tokens.shape[0]
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         # segment position j sits at absolute position P + j; the last prompt token predicts j = 0
-        index = torch.arange(L, device=self.device) + seg_start  # (L,) segment index of each input
-        pos = index + self._prompt_len
-        logits = self.model(tokens[None].expand(2, L), pos, segment_index=index)  # (2, L, V)
+        L = tokens.shape[0]
+        self._window_positions = positions
+        logits = self.model.forward_window(tokens[None].expand(2, L), positions + self._prompt_len, mask,
+                                           segment_index=positions)  # (2, L, V)
         return logits.float()
 
-    def rollback(self, cache: None, n_tokens: int) -> None:
-        """Static position-indexed cache: rejected slots are overwritten next time."""
+    @torch.inference_mode()
+    def commit(self, cache: None, slots: torch.Tensor) -> None:
+        """Static position-indexed cache: copy the kept slots to their positions."""
+        self.model.commit_window(slots, self._window_positions[slots] + self._prompt_len)
 
     # -- tokens <-> images ------------------------------------------------------------------
     def tokens_to_codes(self, tokens: torch.Tensor) -> torch.Tensor:

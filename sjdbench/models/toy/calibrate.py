@@ -8,12 +8,10 @@
   (or colour) swapped? This asks whether the *captioned objects* are drawn, not only the background;
 - a captioned grid of AR samples.
 
-Run: python -m sjdbench.models.toy.calibrate --out results/toy_calibration.json --png docs/toy_samples.png
+Run: sjdbench toy calibrate --out docs/toy_calibration.json --png docs/toy_samples.png
 """
 from __future__ import annotations
 
-import argparse
-import json
 import textwrap
 import time
 from pathlib import Path
@@ -21,11 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sjdbench.decoding.inits import Init
-from sjdbench.decoding.loop import DecoderParts, jacobi_decode
+from sjdbench.config import build_preset
+from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.decoding.processing import process_logits, structure_mask
-from sjdbench.decoding.proposals import ResampleProposal
-from sjdbench.decoding.verifiers import ExactVerifier
 from sjdbench.models.llama import segment_index
 from sjdbench.models.toy.world import caption, render_batch, render_scenes
 
@@ -37,7 +33,7 @@ def held_out(n: int) -> tuple[np.ndarray, list[str]]:
 
 
 def sjd_runs(adapter, captions: list[str], window: int, sampling=None) -> tuple[dict, list[torch.Tensor]]:
-    parts = DecoderParts(window=window, proposal=ResampleProposal(), verifier=ExactVerifier(), init=Init("random"))
+    parts = build_preset("sjd", adapter, f"decoder.window={window}")
     sampling = sampling or adapter.default_sampling
     rows, tokens = [], []
     t0 = time.time()
@@ -123,7 +119,7 @@ def image_sets(adapter, ar_images: list[np.ndarray], n: int) -> tuple[list, dict
     refs, scenes = render_scenes(HELD_OUT_SEED, 0, n)
     captions = [caption(s) for s in scenes]
     images = list(ar_images)
-    parts = DecoderParts(window=1, proposal=ResampleProposal(), verifier=ExactVerifier(), init=Init("random"))
+    parts = build_preset("ar", adapter)
     for i in range(len(images), n):  # AR samples beyond those already drawn, same seeding as sjd_runs
         res = jacobi_decode(adapter, captions[i], parts, adapter.default_sampling, torch.Generator().manual_seed(i))
         images.append(adapter.decode(res.tokens))
@@ -230,43 +226,3 @@ def calibrate(
     if png:
         sample_grid(images, caps, png)
     return out
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--weights", default=None)
-    ap.add_argument("--n", type=int, default=16)
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--png", default=None)
-    ap.add_argument("--no-clip", action="store_true")
-    ap.add_argument("--top-k", type=int, default=None)
-    ap.add_argument("--cfg", type=float, default=None)
-    ap.add_argument("--windows", default="16,32")
-    ap.add_argument("--n-objects", type=int, default=64, help="AR samples for the object finder")
-    ap.add_argument("--knobs", action="store_true", help="run the sampling-knob table instead (SJD W=16)")
-    args = ap.parse_args()
-    if args.knobs:
-        res = knob_sweep(args.weights, n=args.n)
-        text = json.dumps(res, indent=2)
-        print(text)
-        if args.out:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(text + "\n")
-        return
-    sampling = {}
-    if args.top_k is not None:
-        sampling["top_k"] = args.top_k
-    if args.cfg is not None:
-        sampling["cfg_scale"] = args.cfg
-    windows = tuple(int(w) for w in args.windows.split(","))
-    res = calibrate(args.weights, n=args.n, windows=windows, png=args.png, with_clip=not args.no_clip,
-                    n_objects=args.n_objects, **sampling)
-    text = json.dumps(res, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
-
-
-if __name__ == "__main__":
-    main()

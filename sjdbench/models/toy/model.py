@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from sjdbench.models.base import Sampling, SegmentLayout
+from sjdbench.adapter import Sampling, SegmentLayout
 from sjdbench.models.llama import Llama, LlamaConfig
 from sjdbench.models.llama_adapter import EOI, EOL, LlamaImageAdapter
 from sjdbench.models.toy.text import caption_encoder

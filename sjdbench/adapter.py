@@ -1,10 +1,19 @@
 """The contract between the decoding loop and a model: the loop never knows which model it drives.
 
+Both `sjdbench.decoding` (which drives adapters) and `sjdbench.models` (which implements them)
+import this module; neither imports the other.
+
 Coordinates: the *generated segment* has positions 0..N-1 (everything after the prompt). The
 adapter describes it with a `SegmentLayout`: each position is either CONTENT (an image token at
-grid cell (row, col), sampled and verified) or FORCED (a structural token such as end-of-line, written
-in, never sampled). Batch size is 1 image; the conditional and unconditional CFG branches run as one
-batch of 2 and count as one function evaluation (NFE).
+grid cell (row, col), sampled and verified) or FORCED (a structural token such as end-of-line,
+written in, never sampled). Batch size is 1 image; the conditional and unconditional CFG branches
+run as one batch of 2 and count as one function evaluation (NFE).
+
+The window forward takes explicit positions and a mask over the window's own slots, and the cache
+keeps any subset of a window's slots. A chain of drafts is the simplest case (positions
+n-1, n, ..., causal mask, keep a prefix); a draft tree (several slots share a position, each sees
+only its ancestors) and several image rows in flight (each row sees only its own drafts) use the
+same two calls.
 """
 from __future__ import annotations
 
@@ -81,7 +90,7 @@ class PromptBatch:
 
 @runtime_checkable
 class ImageARAdapter(Protocol):
-    """What every model provides to the loop (see MODELS.md §6)."""
+    """What every model provides to the loop (docs/MODELS.md describes each model's layout)."""
 
     name: str
     vocab_size: int
@@ -92,18 +101,28 @@ class ImageARAdapter(Protocol):
 
     def encode_prompt(self, text: str) -> PromptBatch: ...
 
-    def new_cache(self, prompt: PromptBatch, extra: int) -> Any: ...
+    def new_cache(self, prompt: PromptBatch, extra: int) -> Any:
+        """A cache for the prompt, the whole segment, and a window of up to `extra` slots."""
+        ...
 
     def prefill(self, prompt: PromptBatch, cache: Any) -> torch.Tensor:
         """Logits (2, V) predicting segment position 0 (row 0 = conditional, row 1 = unconditional)."""
         ...
 
-    def forward(self, tokens: torch.Tensor, seg_start: int, cache: Any) -> torch.Tensor:
-        """Feed tokens (L,) at segment positions seg_start.. ; logits (2, L, V) predicting seg_start+1.."""
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: Any,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """One window forward: tokens (L,) at segment positions (L,) -> logits (2, L, V).
+
+        Slot i sees every *committed* token at a segment position < positions[i] (the prompt
+        included) and the window slots j with mask[i, j] (L, L) bool; mask None is the causal chain
+        (slot i sees slots 0..i). Slot i's logits predict the token after it. The window's keys and
+        values are held until `commit`; nothing of the window is committed by the forward itself.
+        """
         ...
 
-    def rollback(self, cache: Any, n_tokens: int) -> None:
-        """Forget the last n_tokens fed (no-op for a position-indexed static cache)."""
+    def commit(self, cache: Any, slots: torch.Tensor) -> None:
+        """Keep the given slots (k,) of the last window as committed tokens, at their positions;
+        every other slot of that window is forgotten."""
         ...
 
     def decode(self, tokens: torch.Tensor) -> np.ndarray:
@@ -118,6 +137,6 @@ class ImageARAdapter(Protocol):
         """Input embeddings (V, D) of the language model; for GSD's grouping distance.
 
         An adapter may also set `gsd_d_thr` (float): GSD's squared-distance threshold in the units
-        of these embeddings, used when `decoder.gsd.d_thr` is null (default 0.5, the paper's).
+        of these embeddings, used when the GSD verifier's `d_thr` is null (default 0.5, the paper's).
         """
         ...

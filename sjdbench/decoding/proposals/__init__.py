@@ -1,0 +1,1 @@
+"""Draft proposals, one per file; registered by `conf/decoder/proposal/<name>.yaml`."""

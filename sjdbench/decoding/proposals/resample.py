@@ -1,0 +1,19 @@
+"""`resample` — SJD's Jacobi update (Teng et al., 2024).
+
+Every slot after the commit point gets a fresh draw d' ~ p from this iteration's distribution, which
+was conditioned on the (possibly rejected) tokens before it, and its reference becomes q := p.
+"""
+from __future__ import annotations
+
+import torch
+
+from sjdbench.decoding.parts import Carried, KnoblessPart, ProposalContext
+from sjdbench.decoding.processing import sample
+
+
+class ResampleProposal(KnoblessPart):
+    history_depth = 0  # iterations of probability history it reads
+
+    def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """p: (S, V) -> drafts (S,) ~ p, references p."""
+        return sample(p, ctx.generator), p

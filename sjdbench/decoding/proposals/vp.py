@@ -1,0 +1,118 @@
+"""`vp` — SJD-VP's verification prediction (Shan et al., 2026): fuse each position's probability
+trend into its next draft. Wraps an inner proposal (`inner`: resample or coupled) and changes only
+the distribution it draws from.
+
+For a position with current distribution p_t and history p_{t-1}, p_{t-2}, ...:
+    reference  pbar_t(x) = sum_k w_k p_{t-k}(x),  w_k ∝ gamma^(k-1), k = 1..H
+    score      S_t(x)    = lambda * (log p_t(x) - log pbar_t(x))
+    mask       M_t(x)    = 1 iff p_t(x) rose over the last N iterations (the loop's growth mask)
+    fusion     log p'_t(x) = log p_t(x) + M_t(x) S_t(x)  on the top-k candidates of p_t, renormalised
+The next draft at the position is drawn from p'_t, and by default p'_t is also its reference q, so
+VP is a pure proposal change and the decoder stays exact. `reference: p` stores q := p_t instead
+(the literal reading of the paper; biased toward rising tokens, lossy).
+N and its reading are the decoder's `growth_steps` / `growth_reading`: the loop computes one growth
+mask per iteration for VP and for the statistics alike.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from sjdbench.decoding.history import ProbabilityHistory
+from sjdbench.decoding.parts import Carried, PartConfig, ProposalContext
+from sjdbench.errors import UserError
+
+EPS = 1e-12
+FUSIONS = ("fused", "prior", "none")
+REFERENCES = ("fused", "p")
+
+
+@dataclass
+class VPConfig(PartConfig):
+    inner: str = "resample"  # the draw rule applied to p' (a proposal: resample | coupled)
+    gamma: float = 0.5  # EWA decay of the reference pbar
+    history: int = 4  # H, past iterations in the EWA reference
+    lam: float = 1.0  # lambda, scale of the log-gain score
+    fusion: str = "fused"  # fused: p * exp(M S) | prior: exp(M S) over p's support | none: p itself
+    fusion_top_k: int = 64  # fusion acts on the top-k candidates of p_t (0 = whole support)
+    reference: str = "fused"  # fused: q := p' (exact) | p: q := p_t (literal reading, lossy)
+
+    symbols = {"gamma": "γ", "lam": "λ", "history": "H", "fusion_top_k": "topk", "reference": "q"}
+    subparts = {"inner": "proposal"}
+
+    def check(self) -> None:
+        if self.fusion not in FUSIONS:
+            raise UserError(f"fusion '{self.fusion}' is unknown; choose one of: {', '.join(FUSIONS)}")
+        if self.reference not in REFERENCES:
+            raise UserError(f"reference '{self.reference}' is unknown; choose one of: {', '.join(REFERENCES)}")
+        if not 0 < self.gamma <= 1:
+            raise UserError(f"gamma must be in (0, 1], got {self.gamma}")
+        if self.history < 1:
+            raise UserError(f"history must be >= 1, got {self.history}")
+        if self.lam < 0:
+            raise UserError(f"lam must be >= 0, got {self.lam}")
+        if self.fusion_top_k < 0:
+            raise UserError(f"fusion_top_k must be >= 0 (0 = whole support), got {self.fusion_top_k}")
+
+    def unused(self) -> set[str]:
+        if self.fusion == "none":  # p' = p: nothing of the fusion is read, and q = p either way
+            return {"gamma", "history", "lam", "fusion_top_k", "reference"}
+        return set()
+
+
+def ewa_reference(history: ProbabilityHistory, positions: torch.Tensor, depth: int, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """pbar (L, V) from the previous `depth` iterations (not the current one), and has-history (L,)."""
+    recent, valid = history.last(positions, depth + 1)  # (L, depth+1, V), newest (= current) first
+    past, past_valid = recent[:, 1:], valid[:, 1:]  # (L, k, V)
+    weights = gamma ** torch.arange(past.shape[1], device=past.device, dtype=past.dtype)  # gamma^(k-1)
+    weights = weights[None] * past_valid  # (L, k)
+    total = weights.sum(-1)  # (L,)
+    pbar = (past * weights[..., None]).sum(1) / total.clamp_min(EPS)[:, None]
+    return pbar, total > 0
+
+
+def top_k_mask(p: torch.Tensor, k: int) -> torch.Tensor:
+    """(L, V) True on each row's top-k support (the whole support for k = 0)."""
+    support = p > 0
+    if k <= 0 or k >= p.shape[-1]:
+        return support
+    kth = torch.topk(p, k, dim=-1).values[..., -1:]
+    return support & (p >= kth)
+
+
+def fuse(p: torch.Tensor, pbar: torch.Tensor, growth: torch.Tensor, config: VPConfig) -> torch.Tensor:
+    """The fused proposal p' (L, V) from current p, reference pbar and growth mask M."""
+    if config.fusion == "none":
+        return p
+    score = config.lam * (torch.log(p.clamp_min(EPS)) - torch.log(pbar.clamp_min(EPS)))  # S (L, V)
+    active = growth & top_k_mask(p, config.fusion_top_k) & (p > 0)
+    gain = torch.where(active, score, torch.zeros_like(score))
+    if config.fusion == "fused":
+        log_post = torch.log(p.clamp_min(EPS)) + gain
+    else:  # prior: our reading of "prior only", the growth prior exp(M S) alone over p's support
+        log_post = gain
+    log_post = log_post.masked_fill(p <= 0, float("-inf"))
+    return log_post.softmax(-1)
+
+
+class VPProposal:
+    Config = VPConfig
+
+    def __init__(self, inner, config: VPConfig) -> None:
+        self.inner = inner
+        self.config = config
+        self.history_depth = config.history + 1  # the EWA reads H past iterations plus the current one
+
+    @classmethod
+    def build(cls, config: VPConfig, adapter=None, inner=None) -> "VPProposal":
+        return cls(inner, config)
+
+    def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draw with the inner rule from p' (S, V); the reference is p' (exact) or p (literal)."""
+        if ctx.history is None or ctx.growth is None:
+            raise ValueError("VP needs the loop's probability history and growth mask")
+        pbar, has_history = ewa_reference(ctx.history, ctx.positions, self.config.history, self.config.gamma)
+        fused = fuse(p, pbar, ctx.growth & has_history[:, None], self.config)
+        drafts, _ = self.inner.propose(fused, carried, ctx)
+        return drafts, (fused if self.config.reference == "fused" else p)

@@ -1,0 +1,20 @@
+"""`greedy` — the Jacobi fixed-point check: a draft passes iff it is the argmax, and the first
+rejected slot emits the argmax. The loop processes every distribution at temperature 0 for this
+rule, so greedy Jacobi equals greedy AR token for token.
+"""
+from __future__ import annotations
+
+import torch
+
+from sjdbench.decoding.parts import KnoblessPart
+from sjdbench.decoding.processing import one_hot
+
+
+class GreedyVerifier(KnoblessPart):
+    greedy = True
+
+    def accept(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        return drafts == p.argmax(-1)
+
+    def replacement(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+        return one_hot(p.argmax(-1), p.shape[-1])
