@@ -1,0 +1,215 @@
+"""What the real-model adapters share: the supported transformers range, where weights come from (a
+local directory or the Hugging Face hub, with one clear line when they are missing), dtypes, the
+weights=random switch, a prompt stand-in when no tokenizer files exist, and a transformers `Cache`
+over the same two-region static layout as `llama.KVCache`.
+
+transformers and huggingface_hub are imported inside functions: listing models or loading the toy
+never pays for them.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from sjdbench.errors import UserError
+
+# The transformers versions the adapter tests were run against (see docs/MODELS.md). Other versions
+# are refused: these models' own issue trackers are full of breakage across transformers releases.
+TRANSFORMERS_MIN = "5.0.0"
+TRANSFORMERS_BELOW = "6"
+TRANSFORMERS_RANGE = f">={TRANSFORMERS_MIN},<{TRANSFORMERS_BELOW}"
+WEIGHT_CHOICES = ("pretrained", "random")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def require_transformers(model: str) -> Any:
+    """The transformers module, or one line naming the supported range."""
+    try:
+        version = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        raise UserError(f"model '{model}' needs transformers{TRANSFORMERS_RANGE}: "
+                        f"pip install 'sjdbench[models]'") from None
+    if not _version_tuple(TRANSFORMERS_MIN) <= _version_tuple(version) < _version_tuple(TRANSFORMERS_BELOW):
+        raise UserError(f"model '{model}' is tested with transformers{TRANSFORMERS_RANGE}, but {version} is "
+                        f"installed: pip install 'transformers{TRANSFORMERS_RANGE}'")
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # deprecation chatter would bury the run's own output
+    return transformers
+
+
+def check_weights_choice(weights: str) -> bool:
+    """True for random weights; a bad value is a one-line error listing the choices."""
+    if weights not in WEIGHT_CHOICES:
+        raise ValueError(f"weights '{weights}' is unknown; choose one of: {', '.join(WEIGHT_CHOICES)}")
+    return weights == "random"
+
+
+def check_choice(what: str, value: Any, choices: Iterable[Any]) -> None:
+    choices = list(choices)
+    if value not in choices:
+        raise ValueError(f"{what} {value!r} is not available; choose one of: {', '.join(map(str, choices))}")
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """auto: bf16 on CUDA (the precision the released pipelines use), fp32 on CPU."""
+    if dtype == "auto":
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    check_choice("dtype", dtype, ["auto", *DTYPES])
+    return DTYPES[dtype]
+
+
+def seed_everything(seed: int) -> None:
+    """Random-weight models are built from a fixed seed, so two runs measure the same network."""
+    torch.manual_seed(seed)
+
+
+# -- weight files -------------------------------------------------------------------------------
+def local_dir(path: str | os.PathLike, required: list[str], model: str, source: str) -> Path:
+    """A local directory that must hold `required` files; one line naming the missing ones and where
+    they come from otherwise."""
+    root = Path(path).expanduser()
+    missing = [name for name in required if not (root / name).exists()]
+    if missing:
+        raise FileNotFoundError(f"{', '.join(missing)} not found in {root} (model '{model}'); "
+                                f"download {source} into {root}")
+    return root
+
+
+def hub_dir(repo: str, patterns: list[str], model: str, option: str = "model.path") -> Path:
+    """A hub snapshot (from the local cache; downloaded when the hub is reachable), or one line
+    naming the files and how to fetch them without this process."""
+    command = f"hf download {repo} {' '.join(repr(p) for p in patterns)} --local-dir DIR"
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo, allow_patterns=patterns))
+    except Exception as error:  # offline, not cached, gated, disk full: all end the same way
+        reason = str(error).splitlines()[0][:120] if str(error) else type(error).__name__
+        raise FileNotFoundError(f"weights of '{model}' ({repo}: {', '.join(patterns)}) are not available "
+                                f"here ({reason}); fetch them with `{command}` and pass {option}=DIR") from None
+
+
+def shards_present(root: Path, model: str, source: str) -> None:
+    """Every shard a `*.safetensors.index.json` names must exist (a partial download fails here,
+    with the missing file names, not deep inside from_pretrained)."""
+    for index in root.glob("*.safetensors.index.json"):
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        local_dir(root, shards, model, source)
+
+
+def file_fingerprint(paths: Iterable[Path]) -> str:
+    """Cheap identity of weight files (name, size, mtime): a replaced checkpoint gets a new run id."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(p) for p in paths):
+        stat = path.stat()
+        digest.update(f"{path.name}:{stat.st_size}:{int(stat.st_mtime)}".encode())
+    return digest.hexdigest()[:16]
+
+
+# -- prompts without a tokenizer ----------------------------------------------------------------
+def stand_in_ids(text: str, first: int, count: int) -> list[int]:
+    """Token ids for `text` when the model's tokenizer files are absent (weights=random): one id per
+    UTF-8 byte inside [first, first + count). Images from random weights are meaningless anyway; what
+    matters for timing is a prompt of realistic length."""
+    return [first + (byte % count) for byte in text.encode("utf-8")]
+
+
+# -- a transformers Cache over the two-region static layout ------------------------------------
+def windowed_hf_cache(num_layers: int, batch: int, num_kv_heads: int, head_dim: int, size: int,
+                      dtype: torch.dtype, device: torch.device) -> Any:
+    """A `transformers.Cache` whose layers are fixed (batch, kv_heads, size, head_dim) buffers. The
+    adapter sets `cache.write` (entries (L,)) before each forward; every layer writes its new keys
+    and values there and returns the whole buffer, which the adapter's boolean 4-D mask then
+    restricts. Nothing is ever appended or cropped, so no allocation happens while decoding."""
+    from transformers.cache_utils import Cache, CacheLayerMixin
+
+    class WindowedLayer(CacheLayerMixin):
+        is_compileable = True
+        is_sliding = False
+
+        def __init__(self, owner: Any) -> None:
+            super().__init__()
+            self.owner = owner
+            shape = (batch, num_kv_heads, size, head_dim)
+            self.keys = torch.zeros(shape, dtype=dtype, device=device)
+            self.values = torch.zeros(shape, dtype=dtype, device=device)
+            self.device, self.is_initialized = device, True
+
+        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+            return None
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+            index = self.owner.write
+            self.keys[:, :, index] = key_states.to(self.keys.dtype)
+            self.values[:, :, index] = value_states.to(self.values.dtype)
+            return self.keys, self.values
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            return size, 0
+
+        def get_seq_length(self) -> int:
+            return size
+
+        def get_max_length(self) -> int:
+            return size
+
+        def copy(self, source: torch.Tensor, destination: torch.Tensor) -> None:
+            self.keys[:, :, destination] = self.keys[:, :, source]
+            self.values[:, :, destination] = self.values[:, :, source]
+
+    class WindowedHFCache(Cache):
+        def __init__(self) -> None:
+            self.write = torch.zeros(0, dtype=torch.long, device=device)
+            super().__init__(layers=[WindowedLayer(self) for _ in range(num_layers)])
+
+        def copy(self, source: torch.Tensor, destination: torch.Tensor) -> None:
+            """Commit: copy entries `source` (k,) to `destination` (k,) in every layer."""
+            for layer in self.layers:
+                layer.copy(source, destination)
+
+    return WindowedHFCache()
+
+
+def cache_keyword(module: torch.nn.Module) -> str:
+    """The forward keyword a transformers model takes its cache under: `cache` from 5.2x on,
+    `past_key_values` before (and deprecated, not yet removed, after)."""
+    import inspect
+
+    parameters = inspect.signature(module.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def load_pretrained(model_class: Any, root: Path, dtype: torch.dtype, device: str, model: str) -> Any:
+    """`from_pretrained` with SDPA attention that refuses a checkpoint missing weights (transformers
+    would warn and initialise them randomly, which would silently benchmark a broken model)."""
+    loaded, info = model_class.from_pretrained(root, dtype=dtype, attn_implementation="sdpa",
+                                               output_loading_info=True)
+    problems = {kind: info.get(kind) for kind in ("missing_keys", "mismatched_keys") if info.get(kind)}
+    if problems:
+        kind, keys = next(iter(problems.items()))
+        keys = sorted(map(str, keys))
+        raise ValueError(f"{root} does not match the {model_class.__name__} architecture of {model}: {len(keys)} "
+                         f"{kind.replace('_', ' ')}, e.g. {', '.join(keys[:3])}; re-download the checkpoint")
+    return loaded.to(device)
+
+
+def hf_modules_eval(model: torch.nn.Module) -> torch.nn.Module:
+    model.eval()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    return model
