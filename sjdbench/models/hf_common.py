@@ -8,12 +8,13 @@ never pays for them.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -76,6 +77,32 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
 def seed_everything(seed: int) -> None:
     """Random-weight models are built from a fixed seed, so two runs measure the same network."""
     torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def building(device: str, dtype: torch.dtype) -> Iterator[None]:
+    """Modules created inside are allocated on `device` in `dtype` directly: a random 7B model never
+    exists in fp32 first (28 GB) or on the host."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def init_random(module: torch.nn.Module, std: float = 0.02) -> torch.nn.Module:
+    """The initialisation the released models were trained from (normal, std 0.02, for linear and
+    embedding weights): activations of a deep random network stay finite, so random-weight runs
+    exercise the same numerics as real ones."""
+    with torch.no_grad():
+        for sub in module.modules():
+            if isinstance(sub, (torch.nn.Linear, torch.nn.Embedding)):
+                sub.weight.normal_(0.0, std)
+                if getattr(sub, "bias", None) is not None:
+                    sub.bias.zero_()
+    return module
 
 
 # -- weight files -------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Bookkeeping of the static KV caches every real-model adapter uses: which cache entries hold which
 tokens, which of them a query may see, and at which rotary position each row's token sits.
 
-The physical cache of each layer has `max_len + window` entries per batch row (`llama.KVCache`, or
+The physical cache of each layer has `max_len + window` entries per batch row (`StaticKV` below, or
 `hf_common.WindowedHFCache` for transformers models):
 
     entries 0 .. P-1            the prompt (left-padded per CFG branch; padding is never visible)
@@ -36,14 +36,22 @@ class CacheBook:
     window_index: torch.Tensor  # (L,) entries (P + segment position) of the last window's slots
 
     @classmethod
-    def new(cls, pad_mask: torch.Tensor, segment_len: int, window: int) -> "CacheBook":
-        """pad_mask: (B, P) True = real prompt token (padding must be on the left)."""
+    def new(cls, pad_mask: torch.Tensor, segment_len: int, window: int, entry_positions: bool = False) -> "CacheBook":
+        """pad_mask: (B, P) True = real prompt token (padding must be on the left).
+
+        entry_positions: rotary positions are the cache entries themselves in every row (a model whose
+        position table is indexed by absolute slot, like LlamaGen's conditioning + 2-D grid table)."""
         batch, prompt_len = pad_mask.shape
         device = pad_mask.device
-        prompt_pos = (pad_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, P)
+        if entry_positions:
+            n_real = torch.full((batch,), prompt_len, dtype=torch.long, device=device)
+            prompt_pos = torch.arange(prompt_len, device=device).expand(batch, prompt_len)
+        else:
+            n_real = pad_mask.long().sum(-1)
+            prompt_pos = (pad_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, P)
         key_valid = torch.zeros(batch, prompt_len + segment_len, dtype=torch.bool, device=device)
-        return cls(prompt_len, prompt_len + segment_len, max(window, 1), pad_mask.long().sum(-1), prompt_pos,
-                   key_valid, torch.empty(0, dtype=torch.long, device=device))
+        return cls(prompt_len, prompt_len + segment_len, max(window, 1), n_real, prompt_pos, key_valid,
+                   torch.empty(0, dtype=torch.long, device=device))
 
     @property
     def size(self) -> int:
@@ -114,3 +122,23 @@ def pad_window(tokens: torch.Tensor, rotary: torch.Tensor, write: torch.Tensor, 
     pad_rows = torch.zeros(B, 1, extra, size, dtype=torch.bool, device=mask.device)
     pad_rows[:, :, torch.arange(extra), write[L:]] = True
     return tokens, rotary, write, torch.cat([mask, pad_rows], dim=2)
+
+
+class StaticKV:
+    """One layer's keys and values: (B, heads, entries, head_dim) buffers written by entry index."""
+
+    def __init__(self, batch: int, heads: int, entries: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device) -> None:
+        self.k = torch.zeros(batch, heads, entries, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+
+    def write(self, index: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v (B, heads, L, head_dim) at entries (L,); returns the whole buffers."""
+        self.k[:, :, index] = k.to(self.k.dtype)
+        self.v[:, :, index] = v.to(self.v.dtype)
+        return self.k, self.v
+
+    def copy(self, source: torch.Tensor, destination: torch.Tensor) -> None:
+        """Commit: entries `source` (k,) are copied to `destination` (k,)."""
+        self.k[:, :, destination] = self.k[:, :, source]
+        self.v[:, :, destination] = self.v[:, :, source]

@@ -29,6 +29,7 @@ class WindowedAdapter:
     vocab_size: int
     device: torch.device
     compile: bool = False
+    entry_positions: bool = False  # rotary positions = cache entries (see CacheBook.new)
 
     # -- hooks ------------------------------------------------------------------------------
     def _allocate(self, book: CacheBook) -> None:
@@ -51,7 +52,7 @@ class WindowedAdapter:
 
     # -- the contract -----------------------------------------------------------------------
     def new_cache(self, prompt: PromptBatch, extra: int) -> CacheBook:
-        book = CacheBook.new(prompt.pad_mask, self.layout.n_positions, extra)
+        book = CacheBook.new(prompt.pad_mask, self.layout.n_positions, extra, self.entry_positions)
         self._allocate(book)
         return book
 
