@@ -6,9 +6,10 @@ import torch
 
 
 def char_tokenizer(specials: list[str], bos: str, pad: str, extra: dict[str, str] | None = None,
-                   size: int | None = None):
+                   size: int | None = None, eos: str | None = None):
     """A fast tokenizer: the special tokens, then one id per printable ASCII character (padded with
-    filler tokens up to `size` ids); BOS is prepended like the real checkpoints' tokenizers do."""
+    filler tokens up to `size` ids). Like the real checkpoints' tokenizers, BOS is prepended, or, when
+    `eos` is given (T5), EOS is appended instead."""
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -19,9 +20,12 @@ def char_tokenizer(specials: list[str], bos: str, pad: str, extra: dict[str, str
     model = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     model.pre_tokenizer = pre_tokenizers.Split("", "isolated")
     model.add_special_tokens(specials)
-    model.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, vocab[bos])])
+    if eos is None:
+        model.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, vocab[bos])])
+    else:
+        model.post_processor = processors.TemplateProcessing(single=f"$A {eos}", special_tokens=[(eos, vocab[eos])])
     return PreTrainedTokenizerFast(tokenizer_object=model, bos_token=bos, pad_token=pad, unk_token="<unk>",
-                                   extra_special_tokens=extra or {})
+                                   eos_token=eos, extra_special_tokens=extra or {})
 
 
 def spread_weights(model: torch.nn.Module, std: float = 0.3, seed: int = 0) -> torch.nn.Module:

@@ -30,7 +30,7 @@ from sjdbench.models import hf_common
 from sjdbench.models.gsd_threshold import nearest_neighbour_threshold
 from sjdbench.models.images import to_uint8
 from sjdbench.models.kv_window import CacheBook
-from sjdbench.models.llamagen_gpt import GPTConfig, LlamaGenGPT
+from sjdbench.models.llamagen_gpt import GPTConfig, LlamaGenGPT, config_from_state
 from sjdbench.models.vq16 import VQ16, VQ16Config
 from sjdbench.models.vq_blocks import load_exact, read_checkpoint
 from sjdbench.models.windowed import WindowedAdapter
@@ -197,8 +197,9 @@ def build_llamagen_adapter(
 
     hf_common.check_choice("model.resolution", resolution, GPT_FILES)
     root, t5_root = llamagen_weights_dirs(path, t5_path, resolution)
-    gpt = LlamaGenGPT(GPTConfig(grid=resolution // DOWNSAMPLING))
-    load_exact(gpt, _model_state(read_checkpoint(root / GPT_FILES[resolution])), str(root / GPT_FILES[resolution]))
+    state = _model_state(read_checkpoint(root / GPT_FILES[resolution]))
+    gpt = LlamaGenGPT(config_from_state(state, grid=resolution // DOWNSAMPLING))
+    load_exact(gpt, state, str(root / GPT_FILES[resolution]))
     vq = VQ16.load(root / VQ_FILE)
     t5 = transformers.T5EncoderModel.from_pretrained(t5_root, dtype=torch_dtype)
     tokenizer = transformers.AutoTokenizer.from_pretrained(t5_root)

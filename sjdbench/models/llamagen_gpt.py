@@ -47,6 +47,16 @@ class GPTConfig:
         return hidden if hidden % self.multiple_of == 0 else hidden + self.multiple_of - hidden % self.multiple_of
 
 
+def config_from_state(state: dict[str, torch.Tensor], grid: int) -> GPTConfig:
+    """The architecture of a checkpoint, read from its weight shapes. Heads are not visible in the
+    shapes: LlamaGen's GPTs use 64-dim heads except GPT-3B (3200 = 32 x 100) and GPT-7B (32 x 128)."""
+    vocab_size, dim = state["tok_embeddings.weight"].shape
+    n_layer = 1 + max(int(k.split(".")[1]) for k in state if k.startswith("layers."))
+    cls_token_num, caption_dim = state["cls_embedding.uncond_embedding"].shape
+    return GPTConfig(dim=dim, n_layer=n_layer, n_head={3200: 32, 4096: 32}.get(dim, dim // 64), vocab_size=vocab_size,
+                     cls_token_num=cls_token_num, caption_dim=caption_dim, grid=grid)
+
+
 def rope_table_2d(cfg: GPTConfig) -> torch.Tensor:
     """(cls_token_num + grid², head_dim / 2, 2) cos/sin per slot; zeros for the conditioning slots."""
     quarter = cfg.head_dim // 4

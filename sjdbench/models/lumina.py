@@ -231,9 +231,11 @@ def build_lumina_adapter(
     hf_common.check_choice("model.size", size, SIZES if random_weights else SIZES[:1])
     torch_dtype = hf_common.resolve_dtype(dtype, device)
     sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p)
+    if path is None and not random_weights:
+        hf_common.check_choice("model.resolution", resolution, RESOLUTIONS)  # the released checkpoints
+    if resolution % PATCH or resolution < 2 * PATCH:  # Lumina's size tokens count 32 px steps
+        raise ValueError(f"resolution {resolution} must be a multiple of {PATCH} (Lumina-mGPT: 512, 768, 1024)")
     if random_weights:
-        if resolution % PATCH or resolution < 2 * PATCH:
-            raise ValueError(f"resolution {resolution} must be a multiple of {PATCH} (Lumina-mGPT: 512, 768, 1024)")
         hf_common.seed_everything(seed)
         lm_config, vq_config = random_parts(size)
         with hf_common.building(device, torch_dtype):
@@ -244,8 +246,7 @@ def build_lumina_adapter(
         return LuminaAdapter(lm, vqgan, vocab, lambda text: hf_common.stand_in_ids(text, 9000, 50000), resolution,
                              sampling, compile=compile)
 
-    hf_common.check_choice("model.resolution", resolution, RESOLUTIONS)
-    hf_common.require_transformers("lumina")  # tokenizer only
+    hf_common.require_transformers("lumina")  # the tokenizer only
     root, vq_root = lumina_weights_dirs(path, vqgan_dir, resolution)
     lm = load_lm(root, torch_dtype, device)
     config = json.loads((root / "config.json").read_text())

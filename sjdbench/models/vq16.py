@@ -33,6 +33,19 @@ class VQ16Config:
     def downsampling(self) -> int:
         return 2 ** (len(self.ch_mult) - 1)
 
+    @classmethod
+    def from_state(cls, state: dict[str, torch.Tensor]) -> "VQ16Config":
+        """The architecture of a checkpoint, read from its weight shapes (VQ-16 and VQ-8 alike)."""
+        ch = state["encoder.conv_in.weight"].shape[0]
+        levels = 1 + max(int(k.split(".")[2]) for k in state if k.startswith("encoder.conv_blocks."))
+        mult = [state[f"encoder.conv_blocks.{i}.res.0.conv1.weight"].shape[0] // ch for i in range(levels)]
+        blocks = {k.split(".")[4] for k in state if k.startswith("encoder.conv_blocks.0.res.")}
+        size, dim = state["quantize.embedding.weight"].shape
+        usage = state.get("quantize.codebook_used")
+        return cls(codebook_size=size, codebook_embed_dim=dim, ch=ch, ch_mult=mult, num_res_blocks=len(blocks),
+                   z_channels=state["encoder.conv_out.weight"].shape[0],
+                   usage_buffer=usage.numel() if usage is not None else cls.usage_buffer)
+
 
 class _Level(nn.Module):
     def __init__(self) -> None:
@@ -142,8 +155,9 @@ class VQ16(nn.Module):
         return self.decoder(self.post_quant_conv(z))
 
     @classmethod
-    def load(cls, checkpoint: Path, cfg: VQ16Config | None = None) -> "VQ16":
-        model = cls(cfg or VQ16Config())
+    def load(cls, checkpoint: Path) -> "VQ16":
         state = read_checkpoint(checkpoint)
-        load_exact(model, state.get("model", state), str(checkpoint))
+        state = state.get("model", state)
+        model = cls(VQ16Config.from_state(state))
+        load_exact(model, state, str(checkpoint))
         return model.eval()
