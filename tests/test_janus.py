@@ -55,7 +55,8 @@ def library_generate(adapter, text: str, **kwargs) -> torch.Tensor:
     config = adapter.model.generation_config
     config.pad_token_id, config.bos_token_id = adapter.tokens.pad, adapter.tokens.bos
     config.generation_kwargs = {"boi_token_id": adapter.tokens.boi}  # what the hub's generation_config sets
-    return adapter.model.generate(ids, attention_mask=torch.ones_like(ids), generation_mode="image",
+    return adapter.model.generate(ids, attention_mask=torch.ones_like(ids), generation_mode="image", num_return_sequences=1,
+                                  max_length=ids.shape[1] + adapter.layout.n_positions,
                                   guidance_scale=adapter.default_sampling.cfg_scale, **kwargs)[0]
 
 

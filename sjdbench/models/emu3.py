@@ -211,7 +211,7 @@ def build_emu3_adapter(
     top_p: float = DEFAULT_SAMPLING.top_p,
     positive_prompt: str = POSITIVE_PROMPT,
     negative_prompt: str = NEGATIVE_PROMPT,
-    seed: int = 0,
+    init_seed: int = 0,
     device: str = "cpu",
 ) -> Emu3Adapter:
     transformers = hf_common.require_transformers("emu3")
@@ -225,7 +225,7 @@ def build_emu3_adapter(
     prefix = f"{side}*{side}"
 
     if random_weights:
-        hf_common.seed_everything(seed)
+        hf_common.seed_everything(init_seed)
         config = random_config(size)
         with torch.device(device):
             model = transformers.Emu3ForConditionalGeneration._from_config(

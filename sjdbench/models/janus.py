@@ -162,7 +162,7 @@ def build_janus_adapter(
     temperature: float = DEFAULT_SAMPLING.temperature,
     top_k: int = DEFAULT_SAMPLING.top_k,
     top_p: float = DEFAULT_SAMPLING.top_p,
-    seed: int = 0,
+    init_seed: int = 0,
     device: str = "cpu",
 ) -> JanusAdapter:
     transformers = hf_common.require_transformers("janus")
@@ -173,7 +173,7 @@ def build_janus_adapter(
     if random_weights:
         if resolution % 16 or resolution < 32:
             raise ValueError(f"resolution {resolution} must be a multiple of 16 (Janus-Pro: 384)")
-        hf_common.seed_everything(seed)
+        hf_common.seed_everything(init_seed)
         config = random_config(size, resolution)
         with torch.device(device):
             model = transformers.JanusForConditionalGeneration._from_config(

@@ -172,7 +172,7 @@ def build_llamagen_adapter(
     temperature: float = DEFAULT_SAMPLING.temperature,
     top_k: int = DEFAULT_SAMPLING.top_k,
     top_p: float = DEFAULT_SAMPLING.top_p,
-    seed: int = 0,
+    init_seed: int = 0,
     device: str = "cpu",
 ) -> LlamaGenAdapter:
     transformers = hf_common.require_transformers("llamagen")
@@ -183,7 +183,7 @@ def build_llamagen_adapter(
     if random_weights:
         if resolution % DOWNSAMPLING or resolution < 2 * DOWNSAMPLING:
             raise ValueError(f"resolution {resolution} must be a multiple of {DOWNSAMPLING} (LlamaGen: 256, 512)")
-        hf_common.seed_everything(seed)
+        hf_common.seed_everything(init_seed)
         tiny = size == "tiny"
         gpt_cfg = GPTConfig(grid=resolution // DOWNSAMPLING, **(dict(dim=64, n_layer=2, n_head=4, caption_dim=32) if tiny else {}))
         vq_cfg = VQ16Config(ch=32, num_res_blocks=1) if tiny else VQ16Config()

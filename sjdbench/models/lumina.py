@@ -224,7 +224,7 @@ def build_lumina_adapter(
     temperature: float = DEFAULT_SAMPLING.temperature,
     top_k: int = DEFAULT_SAMPLING.top_k,
     top_p: float = DEFAULT_SAMPLING.top_p,
-    seed: int = 0,
+    init_seed: int = 0,
     device: str = "cpu",
 ) -> LuminaAdapter:
     random_weights = hf_common.check_weights_choice(weights)
@@ -236,7 +236,7 @@ def build_lumina_adapter(
     if resolution % PATCH or resolution < 2 * PATCH:  # Lumina's size tokens count 32 px steps
         raise ValueError(f"resolution {resolution} must be a multiple of {PATCH} (Lumina-mGPT: 512, 768, 1024)")
     if random_weights:
-        hf_common.seed_everything(seed)
+        hf_common.seed_everything(init_seed)
         lm_config, vq_config = random_parts(size)
         with hf_common.building(device, torch_dtype):
             lm = hf_common.init_random(ChameleonLM(lm_config))
