@@ -105,3 +105,23 @@ def check_contract_shapes(adapter) -> None:
     embeddings = adapter.token_embeddings()
     assert embeddings.ndim == 2 and embeddings.shape[0] == adapter.vocab_size  # GSD indexes it by token id
     assert adapter.gsd_d_thr > 0
+
+
+def check_padded_window_equals_unpadded(adapter) -> None:
+    """The compiled path pads every window to the cache's window size (one static shape): the real
+    slots' logits must not change. The padding is exercised with the eager function standing in for
+    the compiled one (compilation itself is checked on CUDA, tests/test_models_gpu.py)."""
+    seq = random_image_tokens(adapter, 9, seed=6)
+    outputs = []
+    for padded in (False, True):
+        adapter.compile = padded
+        adapter.__dict__["_compiled"] = adapter._run
+        try:
+            _, cache, _ = fresh(adapter, "a red cube", 16)
+            adapter.forward(seq[:4], torch.arange(4, device=adapter.device), cache)
+            adapter.commit(cache, torch.arange(2, device=adapter.device))
+            outputs.append(adapter.forward(seq[4:], torch.arange(2, 7, device=adapter.device), cache))
+        finally:
+            adapter.compile = False
+            adapter.__dict__.pop("_compiled")
+    torch.testing.assert_close(outputs[1], outputs[0], atol=ATOL, rtol=RTOL)

@@ -197,3 +197,7 @@ def test_random_weights_tiny_size_builds_without_files():
     adapter = build_emu3_adapter(weights="random", size="tiny", resolution=32)
     assert isinstance(adapter, Emu3Adapter) and adapter.vocab_size == 184622
     assert adapter.image_token_ids[0] == 151854 and adapter.layout.n_positions == 23
+
+
+def test_padded_window_of_the_compiled_path_equals_unpadded(adapter):
+    props.check_padded_window_equals_unpadded(adapter)

@@ -167,3 +167,7 @@ def test_out_of_range_transformers_is_one_line(monkeypatch):
 
 def test_tokens_dataclass_is_plain():
     assert JanusTokens(1, 2, 3).pad == 3
+
+
+def test_padded_window_of_the_compiled_path_equals_unpadded(adapter):
+    props.check_padded_window_equals_unpadded(adapter)

@@ -216,3 +216,7 @@ def test_random_weights_tiny_size_builds_without_files():
     adapter = build_llamagen_adapter(weights="random", size="tiny", resolution=64)
     assert isinstance(adapter, LlamaGenAdapter) and adapter.layout.grid_hw == (4, 4)
     assert adapter.encode_prompt("x").extras["conditioning"].shape == (2, CAPTION_TOKENS, 32)
+
+
+def test_padded_window_of_the_compiled_path_equals_unpadded(adapter):
+    props.check_padded_window_equals_unpadded(adapter)

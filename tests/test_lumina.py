@@ -239,3 +239,7 @@ def test_random_weights_tiny_size_builds_without_files():
     assert isinstance(adapter, LuminaAdapter) and adapter.vocab_size == 65536
     assert adapter.layout.forced[:3].tolist() == [8197, 8806, 8806] and adapter.layout.forced[-1] == 8196
     assert len(stand_in_vocabulary()) > 8192
+
+
+def test_padded_window_of_the_compiled_path_equals_unpadded(adapter):
+    props.check_padded_window_equals_unpadded(adapter)
