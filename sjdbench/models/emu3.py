@@ -256,10 +256,10 @@ def build_emu3_adapter(
 def emu3_weights_dir(path: str | None):
     source = f"the {HUB} repository (config, *.safetensors, tokenizer and processor files)"
     if path is not None:
-        root = hf_common.local_dir(path, ["config.json", "tokenizer_config.json"], "emu3", source)
+        root = hf_common.local_dir(path, ["config.json", "tokenizer_config.json"], source)
     else:
-        root = hf_common.hub_dir(HUB, HUB_FILES, "emu3")
-    hf_common.shards_present(root, "emu3", source)
+        root = hf_common.hub_dir(HUB, HUB_FILES)
+    hf_common.shards_present(root, source)
     return root
 
 

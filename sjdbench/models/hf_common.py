@@ -108,37 +108,40 @@ def init_random(module: torch.nn.Module, std: float = 0.02) -> torch.nn.Module:
 
 
 # -- weight files -------------------------------------------------------------------------------
-def local_dir(path: str | os.PathLike, required: list[str], model: str, source: str) -> Path:
+def local_dir(path: str | os.PathLike, required: list[str], source: str) -> Path:
     """A local directory that must hold `required` files; one line naming the missing ones and where
-    they come from otherwise."""
+    they come from otherwise (the registry prefixes the model's name)."""
     root = Path(path).expanduser()
     missing = [name for name in required if not (root / name).exists()]
     if missing:
-        raise FileNotFoundError(f"{', '.join(missing)} not found in {root} (model '{model}'); "
-                                f"download {source} into {root}")
+        raise FileNotFoundError(f"{', '.join(missing)} not found in {root}; download {source} into {root}")
     return root
 
 
-def hub_dir(repo: str, patterns: list[str], model: str, option: str = "model.path") -> Path:
+def hub_dir(repo: str, patterns: list[str], option: str = "model.path") -> Path:
     """A hub snapshot (from the local cache; downloaded when the hub is reachable), or one line
     naming the files and how to fetch them without this process."""
-    command = f"hf download {repo} {' '.join(repr(p) for p in patterns)} --local-dir DIR"
+    if any("*" in p for p in patterns):
+        command = f"hf download {repo} {' '.join(f'--include {p!r}' for p in patterns)} --local-dir DIR"
+    else:
+        command = f"hf download {repo} {' '.join(patterns)} --local-dir DIR"
     try:
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(repo, allow_patterns=patterns))
     except Exception as error:  # offline, not cached, gated, disk full: all end the same way
-        reason = str(error).splitlines()[0][:120] if str(error) else type(error).__name__
-        raise FileNotFoundError(f"weights of '{model}' ({repo}: {', '.join(patterns)}) are not available "
-                                f"here ({reason}); fetch them with `{command}` and pass {option}=DIR") from None
+        kind = type(error).__name__
+        reason = "not in the local hub cache, and the hub is offline or unreachable" if "LocalEntry" in kind else kind
+        raise FileNotFoundError(f"{repo} ({', '.join(patterns)}) is not available here: {reason}; fetch it with "
+                                f"`{command}` and pass {option}=DIR") from None
 
 
-def shards_present(root: Path, model: str, source: str) -> None:
+def shards_present(root: Path, source: str) -> None:
     """Every shard a `*.safetensors.index.json` names must exist (a partial download fails here,
     with the missing file names, not deep inside from_pretrained)."""
     for index in root.glob("*.safetensors.index.json"):
         shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        local_dir(root, shards, model, source)
+        local_dir(root, shards, source)
 
 
 def file_fingerprint(paths: Iterable[Path]) -> str:

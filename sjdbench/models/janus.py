@@ -30,7 +30,7 @@ from sjdbench.models.windowed import WindowedAdapter
 HUB = {"1B": "deepseek-community/Janus-Pro-1B", "7B": "deepseek-community/Janus-Pro-7B"}
 SIZES = ("1B", "7B", "tiny")
 DEFAULT_SAMPLING = Sampling(cfg_scale=5.0, temperature=1.0, top_k=0, top_p=1.0)
-HUB_FILES = ["config.json", "generation_config.json", "*.safetensors", "*.json", "tokenizer*", "*.jinja"]
+HUB_FILES = ["*.json", "*.safetensors", "*.jinja", "tokenizer*"]
 
 # Language-model shapes of the released checkpoints (DeepSeek-LLM 1.5B / 7B bases), used only for
 # weights=random; real weights bring their own config.json.
@@ -205,10 +205,10 @@ def build_janus_adapter(
 def janus_weights_dir(path: str | None, size: str):
     source = f"the {HUB[size]} repository (config, *.safetensors, tokenizer and processor files)"
     if path is not None:
-        root = hf_common.local_dir(path, ["config.json", "tokenizer_config.json"], "janus", source)
+        root = hf_common.local_dir(path, ["config.json", "tokenizer_config.json"], source)
     else:
-        root = hf_common.hub_dir(HUB[size], HUB_FILES, "janus")
-    hf_common.shards_present(root, "janus", source)
+        root = hf_common.hub_dir(HUB[size], HUB_FILES)
+    hf_common.shards_present(root, source)
     return root
 
 

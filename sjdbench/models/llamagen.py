@@ -219,13 +219,13 @@ def _model_state(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:
 def llamagen_weights_dirs(path: str | None, t5_path: str | None, resolution: int) -> tuple[Path, Path]:
     files = [GPT_FILES[resolution], VQ_FILE]
     if path is not None:
-        root = hf_common.local_dir(path, files, "llamagen", f"{', '.join(files)} from the {HUB} repository")
+        root = hf_common.local_dir(path, files, f"{', '.join(files)} from the {HUB} repository")
     else:
-        root = hf_common.hub_dir(HUB, files, "llamagen")
+        root = hf_common.hub_dir(HUB, files)
     if t5_path is not None:
-        t5_root = hf_common.local_dir(t5_path, ["config.json"], "llamagen", f"the {T5_HUB} repository")
+        t5_root = hf_common.local_dir(t5_path, ["config.json"], f"the {T5_HUB} repository")
     else:
-        t5_root = hf_common.hub_dir(T5_HUB, ["*.json", "*.safetensors", "spiece.model"], "llamagen",
+        t5_root = hf_common.hub_dir(T5_HUB, ["*.json", "*.safetensors", "spiece.model"],
                                     option="model.options.t5_path")
     return root, t5_root
 

@@ -267,14 +267,14 @@ def lumina_weights_dirs(path: str | None, vqgan_dir: str | None, resolution: int
     repo = HUB.format(resolution=resolution)
     source = f"the {repo} repository (config.json, *.safetensors, tokenizer files)"
     if path is not None:
-        root = hf_common.local_dir(path, ["config.json", "tokenizer.json"], "lumina", source)
+        root = hf_common.local_dir(path, ["config.json", "tokenizer.json"], source)
     else:
-        root = hf_common.hub_dir(repo, ["*.json", "*.safetensors", "tokenizer*"], "lumina")
-    hf_common.shards_present(root, "lumina", source)
+        root = hf_common.hub_dir(repo, ["*.json", "*.safetensors", "tokenizer*"])
+    hf_common.shards_present(root, source)
     if vqgan_dir is None:
-        raise FileNotFoundError(f"model 'lumina' decodes with {VQGAN_SOURCE}; put vqgan.ckpt and vqgan.yaml in a "
+        raise FileNotFoundError(f"decoding needs {VQGAN_SOURCE}; put vqgan.ckpt and vqgan.yaml in a "
                                 "directory and pass model.options.vqgan_dir=DIR")
-    vq_root = hf_common.local_dir(vqgan_dir, VQGAN_FILES, "lumina", VQGAN_SOURCE)
+    vq_root = hf_common.local_dir(vqgan_dir, VQGAN_FILES, VQGAN_SOURCE)
     return root, vq_root
 
 
