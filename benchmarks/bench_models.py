@@ -103,7 +103,8 @@ def main() -> None:
     rows = []
     for model in args.models:
         rows.append(measure(model, args))
-        print("  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in rows[-1].items()), flush=True)
+        fields = (f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in rows[-1].items())
+        print("  ".join(fields), flush=True)
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
 

@@ -44,7 +44,8 @@ class ModelConfig:
             if value is None:
                 continue
             if key in self.options and self.options[key] != value:
-                raise UserError(f"model.{key}={value} contradicts model.options.{key}={self.options[key]}; set one of them")
+                raise UserError(f"model.{key}={value} contradicts model.options.{key}={self.options[key]}; "
+                                "set one of them")
             self.options = {**self.options, key: value}
 
 

@@ -125,3 +125,20 @@ def check_padded_window_equals_unpadded(adapter) -> None:
             adapter.compile = False
             adapter.__dict__.pop("_compiled")
     torch.testing.assert_close(outputs[1], outputs[0], atol=ATOL, rtol=RTOL)
+
+
+def check_reused_cache_is_clean(adapter) -> None:
+    """Cache buffers are reused from image to image without clearing: what another prompt left in
+    them must be invisible to the next one (prompts of different lengths share a bucketed size)."""
+    arange = lambda a, b: torch.arange(a, b, device=adapter.device)  # noqa: E731
+    seq = random_image_tokens(adapter, 8, seed=7)
+
+    def run(text: str) -> torch.Tensor:
+        _, cache, p0 = fresh(adapter, text, 8)
+        window = adapter.forward(seq, arange(0, 8), cache)
+        adapter.commit(cache, arange(0, 8))
+        return torch.cat([p0[:, None], window, adapter.forward(seq[:2], arange(8, 10), cache)], dim=1)
+
+    before = run("a blue sphere")
+    run("a much longer prompt about a large green pyramid standing in the rain at night")
+    torch.testing.assert_close(run("a blue sphere"), before, atol=ATOL, rtol=RTOL)

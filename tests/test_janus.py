@@ -55,8 +55,8 @@ def library_generate(adapter, text: str, **kwargs) -> torch.Tensor:
     config = adapter.model.generation_config
     config.pad_token_id, config.bos_token_id = adapter.tokens.pad, adapter.tokens.bos
     config.generation_kwargs = {"boi_token_id": adapter.tokens.boi}  # what the hub's generation_config sets
-    return adapter.model.generate(ids, attention_mask=torch.ones_like(ids), generation_mode="image", num_return_sequences=1,
-                                  max_length=ids.shape[1] + adapter.layout.n_positions,
+    return adapter.model.generate(ids, attention_mask=torch.ones_like(ids), generation_mode="image",
+                                  num_return_sequences=1, max_length=ids.shape[1] + adapter.layout.n_positions,
                                   guidance_scale=adapter.default_sampling.cfg_scale, **kwargs)[0]
 
 
@@ -171,3 +171,7 @@ def test_tokens_dataclass_is_plain():
 
 def test_padded_window_of_the_compiled_path_equals_unpadded(adapter):
     props.check_padded_window_equals_unpadded(adapter)
+
+
+def test_reused_cache_buffers_are_clean(adapter):
+    props.check_reused_cache_is_clean(adapter)

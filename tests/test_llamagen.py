@@ -220,3 +220,7 @@ def test_random_weights_tiny_size_builds_without_files():
 
 def test_padded_window_of_the_compiled_path_equals_unpadded(adapter):
     props.check_padded_window_equals_unpadded(adapter)
+
+
+def test_reused_cache_buffers_are_clean(adapter):
+    props.check_reused_cache_is_clean(adapter)

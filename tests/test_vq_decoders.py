@@ -94,7 +94,8 @@ def test_meta_vqgan_decoder_names_follow_the_release_layout():
     keys = set(ChameleonVQGAN(VQGANConfig(ch=32, num_res_blocks=2, z_channels=32)).state_dict())
     for name in ("decoder.conv_in.weight", "decoder.mid.block_1.norm1.weight", "decoder.mid.attn_1.proj_out.bias",
                  "decoder.up.0.block.2.conv2.weight", "decoder.up.4.block.0.conv1.weight",
-                 "decoder.up.4.upsample.conv.weight", "decoder.up.3.block.0.nin_shortcut.weight", "decoder.up.1.block.0.nin_shortcut.weight",
+                 "decoder.up.4.upsample.conv.weight", "decoder.up.3.block.0.nin_shortcut.weight",
+                 "decoder.up.1.block.0.nin_shortcut.weight",
                  "decoder.norm_out.weight", "decoder.conv_out.bias", "quantize.embedding.weight",
                  "post_quant_conv.weight"):
         assert name in keys, name
@@ -104,7 +105,8 @@ def test_meta_vqgan_decoder_names_follow_the_release_layout():
 def test_vq16_names_follow_the_release_layout():
     keys = set(VQ16(VQ16Config(ch=32, num_res_blocks=2)).state_dict())
     for name in ("decoder.conv_blocks.0.res.2.conv2.weight", "decoder.conv_blocks.0.attn.2.proj_out.weight",
-                 "decoder.conv_blocks.0.upsample.conv.weight", "decoder.mid.1.q.weight", "encoder.conv_blocks.4.attn.1.k.bias",
+                 "decoder.conv_blocks.0.upsample.conv.weight", "decoder.mid.1.q.weight",
+                 "encoder.conv_blocks.4.attn.1.k.bias",
                  "encoder.conv_blocks.0.downsample.conv.weight", "quantize.embedding.weight",
                  "quantize.codebook_used", "quant_conv.weight", "post_quant_conv.bias"):
         assert name in keys, name
@@ -123,7 +125,8 @@ def test_vqgan_yaml_is_read(tmp_path):
 
 
 def test_missing_weight_is_one_line_naming_it():
-    ours = VQ16(VQ16Config(codebook_size=8, codebook_embed_dim=4, ch=32, ch_mult=[1, 2], num_res_blocks=1, z_channels=32))
+    ours = VQ16(VQ16Config(codebook_size=8, codebook_embed_dim=4, ch=32, ch_mult=[1, 2], num_res_blocks=1,
+                           z_channels=32))
     state = ours.state_dict()
     state.pop("decoder.conv_out.weight")
     with pytest.raises(ValueError, match=r"^vq\.pt: 1 missing weights for VQ16, e\.g\. decoder\.conv_out\.weight"):

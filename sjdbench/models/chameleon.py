@@ -160,10 +160,13 @@ class ChameleonLM(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def setup_cache(self, batch: int, entries: int) -> None:
+        """Static caches of `entries` per row; the previous image's buffers are reused when they fit."""
         p = self.lm_head.weight
         for layer in self.model.layers:
-            layer.self_attn.kv = StaticKV(batch, self.cfg.num_key_value_heads, entries, self.cfg.head_dim,
-                                          p.dtype, p.device)
+            kv = layer.self_attn.kv
+            if kv is None or not kv.fits(batch, entries, p.dtype):
+                layer.self_attn.kv = StaticKV(batch, self.cfg.num_key_value_heads, entries, self.cfg.head_dim,
+                                              p.dtype, p.device)
 
     def copy_cache(self, source: torch.Tensor, destination: torch.Tensor) -> None:
         for layer in self.model.layers:
@@ -175,7 +178,8 @@ class ChameleonLM(nn.Module):
         angles = torch.cat([freqs, freqs], dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
-    def forward(self, x: torch.Tensor, write: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, write: torch.Tensor, positions: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:
         cos, sin = self.rotary(positions, x.dtype)
         for layer in self.model.layers:
             x = layer(x, cos, sin, write, mask)

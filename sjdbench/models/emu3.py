@@ -61,7 +61,8 @@ class Emu3Tokens:
     def from_vocabulary(cls, vocabulary: dict[str, int]) -> "Emu3Tokens":
         missing = [name for name in SPECIAL_NAMES.values() if name not in vocabulary]
         if missing:
-            raise ValueError(f"the vocabulary lacks Emu3's structural tokens {missing}; is this an Emu3-Gen checkpoint?")
+            raise ValueError(f"the vocabulary lacks Emu3's structural tokens {missing}; "
+                             "is this an Emu3-Gen checkpoint?")
         return cls(**{key: int(vocabulary[name]) for key, name in SPECIAL_NAMES.items()})
 
 
@@ -127,8 +128,9 @@ class Emu3Adapter(WindowedAdapter):
     def _allocate(self, book: CacheBook) -> None:
         cfg = self.lm.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self._hf_cache = hf_common.windowed_hf_cache(cfg.num_hidden_layers, book.batch, cfg.num_key_value_heads,
-                                                     head_dim, book.size, self.lm.embed_tokens.weight.dtype, self.device)
+        dtype = self.lm.embed_tokens.weight.dtype
+        self._hf_cache = hf_common.windowed_hf_cache(self._hf_cache, cfg.num_hidden_layers, book.batch,
+                                                     cfg.num_key_value_heads, head_dim, book.size, dtype, self.device)
 
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.lm.embed_tokens(tokens)

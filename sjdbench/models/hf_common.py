@@ -9,6 +9,7 @@ never pays for them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -162,22 +163,29 @@ def stand_in_ids(text: str, first: int, count: int) -> list[int]:
 
 
 # -- a transformers Cache over the two-region static layout ------------------------------------
-def windowed_hf_cache(num_layers: int, batch: int, num_kv_heads: int, head_dim: int, size: int,
+def windowed_hf_cache(previous: Any, num_layers: int, batch: int, num_kv_heads: int, head_dim: int, size: int,
                       dtype: torch.dtype, device: torch.device) -> Any:
-    """A `transformers.Cache` whose layers are fixed (batch, kv_heads, size, head_dim) buffers. The
-    adapter sets `cache.write` (entries (L,)) before each forward; every layer writes its new keys
-    and values there and returns the whole buffer, which the adapter's boolean 4-D mask then
-    restricts. Nothing is ever appended or cropped, so no allocation happens while decoding."""
+    """A `transformers.Cache` whose layers are fixed (batch, kv_heads, size, head_dim) buffers (the
+    previous image's cache when it fits: no reallocation, one class, so a compiled forward keeps its
+    graph). The adapter sets `cache.write` (entries (L,)) before each forward; every layer writes its
+    new keys and values there and returns the whole buffer, which the adapter's 4-D mask restricts.
+    Nothing is ever appended or cropped, so no allocation happens while decoding."""
+    if previous is not None and previous.fits(batch, size, dtype):
+        return previous
+    return _windowed_cache_class()(num_layers, batch, num_kv_heads, head_dim, size, dtype, device)
+
+
+@functools.lru_cache(maxsize=None)
+def _windowed_cache_class() -> type:
     from transformers.cache_utils import Cache, CacheLayerMixin
 
     class WindowedLayer(CacheLayerMixin):
         is_compileable = True
         is_sliding = False
 
-        def __init__(self, owner: Any) -> None:
+        def __init__(self, owner: Any, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:
             super().__init__()
-            self.owner = owner
-            shape = (batch, num_kv_heads, size, head_dim)
+            self.owner, self.size = owner, shape[2]
             self.keys = torch.zeros(shape, dtype=dtype, device=device)
             self.values = torch.zeros(shape, dtype=dtype, device=device)
             self.device, self.is_initialized = device, True
@@ -194,32 +202,38 @@ def windowed_hf_cache(num_layers: int, batch: int, num_kv_heads: int, head_dim: 
         # the abstract interface of transformers' cache layers (its names changed within 5.x; the
         # adapters pass explicit 4-D masks and positions, so none of these is consulted)
         def get_mask_sizes(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
-            return size, 0
+            return self.size, 0
 
         def get_seq_length(self) -> int:
-            return size
+            return self.size
 
         def get_max_length(self) -> int:
-            return size
+            return self.size
 
         def get_max_cache_shape(self) -> int:
-            return size
+            return self.size
 
         def copy(self, source: torch.Tensor, destination: torch.Tensor) -> None:
             self.keys[:, :, destination] = self.keys[:, :, source]
             self.values[:, :, destination] = self.values[:, :, source]
 
     class WindowedHFCache(Cache):
-        def __init__(self) -> None:
+        def __init__(self, num_layers: int, batch: int, num_kv_heads: int, head_dim: int, size: int,
+                     dtype: torch.dtype, device: torch.device) -> None:
             self.write = torch.zeros(0, dtype=torch.long, device=device)
-            super().__init__(layers=[WindowedLayer(self) for _ in range(num_layers)])
+            shape = (batch, num_kv_heads, size, head_dim)
+            super().__init__(layers=[WindowedLayer(self, shape, dtype, device) for _ in range(num_layers)])
+
+        def fits(self, batch: int, size: int, dtype: torch.dtype) -> bool:
+            keys = self.layers[0].keys
+            return keys.shape[0] == batch and keys.shape[2] == size and keys.dtype == dtype
 
         def copy(self, source: torch.Tensor, destination: torch.Tensor) -> None:
             """Commit: copy entries `source` (k,) to `destination` (k,) in every layer."""
             for layer in self.layers:
                 layer.copy(source, destination)
 
-    return WindowedHFCache()
+    return WindowedHFCache
 
 
 def cache_keyword(module: torch.nn.Module) -> str:

@@ -54,12 +54,9 @@ class JanusTokens:
 
 
 class JanusAdapter(WindowedAdapter):
-    gsd_units = "aligned generation embeddings"
-
     def __init__(self, model: Any, encode_text: Callable[[str], list[int]], tokens: JanusTokens,
-                 sampling: Sampling = DEFAULT_SAMPLING, name: str = "janus", compile: bool = False,
-                 weights_label: str = "pretrained") -> None:
-        self.name, self.compile, self.weights_label = name, compile, weights_label
+                 sampling: Sampling = DEFAULT_SAMPLING, name: str = "janus", compile: bool = False) -> None:
+        self.name, self.compile = name, compile
         self.model = hf_common.hf_modules_eval(model)
         self.lm = model.model.language_model
         self.tokens, self._encode_text = tokens, encode_text
@@ -87,8 +84,8 @@ class JanusAdapter(WindowedAdapter):
         cfg = self.lm.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         dtype = self.lm.embed_tokens.weight.dtype
-        self._hf_cache = hf_common.windowed_hf_cache(cfg.num_hidden_layers, book.batch, cfg.num_key_value_heads,
-                                                     head_dim, book.size, dtype, self.device)
+        self._hf_cache = hf_common.windowed_hf_cache(self._hf_cache, cfg.num_hidden_layers, book.batch,
+                                                     cfg.num_key_value_heads, head_dim, book.size, dtype, self.device)
 
     def _prompt_inputs(self, prompt: PromptBatch) -> torch.Tensor:
         return self.model.get_input_embeddings()(prompt.tokens)  # (2, P, D)
@@ -183,7 +180,7 @@ def build_janus_adapter(
         def encode(text: str) -> list[int]:
             return [BOS_ID] + hf_common.stand_in_ids(f"<|User|>: {text}\n\n<|Assistant|>:", 1000, 90000) + [BOI_ID]
 
-        return JanusAdapter(model, encode, tokens, sampling, compile=compile, weights_label=f"random({size})")
+        return JanusAdapter(model, encode, tokens, sampling, compile=compile)
 
     if resolution != 384:
         raise ValueError(f"resolution {resolution}: the released Janus-Pro models generate 384 px only")
@@ -199,7 +196,7 @@ def build_janus_adapter(
         prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
         return processor(text=prompt, generation_mode="image", return_tensors="pt").input_ids[0].tolist()
 
-    return JanusAdapter(model, encode, tokens, sampling, compile=compile, weights_label=str(root))
+    return JanusAdapter(model, encode, tokens, sampling, compile=compile)
 
 
 def janus_weights_dir(path: str | None, size: str):

@@ -24,11 +24,13 @@ from dataclasses import dataclass
 
 import torch
 
+BUCKET = 128  # entries; see CacheBook.new
+
 
 @dataclass
 class CacheBook:
     prompt_len: int  # P (entries 0..P-1)
-    max_len: int  # P + N
+    max_len: int  # P + N, rounded up to the bucket
     window: int  # entries of the window region
     n_real: torch.Tensor  # (B,) real prompt tokens per row
     prompt_pos: torch.Tensor  # (B, P) rotary positions of the prompt entries (0 for padding)
@@ -36,11 +38,15 @@ class CacheBook:
     window_index: torch.Tensor  # (L,) entries (P + segment position) of the last window's slots
 
     @classmethod
-    def new(cls, pad_mask: torch.Tensor, segment_len: int, window: int, entry_positions: bool = False) -> "CacheBook":
+    def new(cls, pad_mask: torch.Tensor, segment_len: int, window: int, entry_positions: bool = False,
+            bucket: int = BUCKET) -> "CacheBook":
         """pad_mask: (B, P) True = real prompt token (padding must be on the left).
 
         entry_positions: rotary positions are the cache entries themselves in every row (a model whose
-        position table is indexed by absolute slot, like LlamaGen's conditioning + 2-D grid table)."""
+        position table is indexed by absolute slot, like LlamaGen's conditioning + 2-D grid table).
+        bucket: the committed region is rounded up to a multiple of it (the extra entries are never
+        visible), so prompts of different lengths share cache shapes: buffers are reused from image to
+        image and a compiled forward is not recompiled for every prompt length."""
         batch, prompt_len = pad_mask.shape
         device = pad_mask.device
         if entry_positions:
@@ -49,8 +55,9 @@ class CacheBook:
         else:
             n_real = pad_mask.long().sum(-1)
             prompt_pos = (pad_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, P)
-        key_valid = torch.zeros(batch, prompt_len + segment_len, dtype=torch.bool, device=device)
-        return cls(prompt_len, prompt_len + segment_len, max(window, 1), n_real, prompt_pos, key_valid,
+        max_len = -(-(prompt_len + segment_len) // bucket) * bucket
+        key_valid = torch.zeros(batch, max_len, dtype=torch.bool, device=device)
+        return cls(prompt_len, max_len, max(window, 1), n_real, prompt_pos, key_valid,
                    torch.empty(0, dtype=torch.long, device=device))
 
     @property
@@ -125,12 +132,16 @@ def pad_window(tokens: torch.Tensor, rotary: torch.Tensor, write: torch.Tensor, 
 
 
 class StaticKV:
-    """One layer's keys and values: (B, heads, entries, head_dim) buffers written by entry index."""
+    """One layer's keys and values: (B, heads, entries, head_dim) buffers written by entry index.
+    Stale entries need no clearing: an entry becomes visible only after it has been written."""
 
     def __init__(self, batch: int, heads: int, entries: int, head_dim: int, dtype: torch.dtype,
                  device: torch.device) -> None:
         self.k = torch.zeros(batch, heads, entries, head_dim, dtype=dtype, device=device)
         self.v = torch.zeros_like(self.k)
+
+    def fits(self, batch: int, entries: int, dtype: torch.dtype) -> bool:
+        return self.k.shape[0] == batch and self.k.shape[2] == entries and self.k.dtype == dtype
 
     def write(self, index: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v (B, heads, L, head_dim) at entries (L,); returns the whole buffers."""

@@ -185,7 +185,8 @@ def build_llamagen_adapter(
             raise ValueError(f"resolution {resolution} must be a multiple of {DOWNSAMPLING} (LlamaGen: 256, 512)")
         hf_common.seed_everything(init_seed)
         tiny = size == "tiny"
-        gpt_cfg = GPTConfig(grid=resolution // DOWNSAMPLING, **(dict(dim=64, n_layer=2, n_head=4, caption_dim=32) if tiny else {}))
+        shrink = dict(dim=64, n_layer=2, n_head=4, caption_dim=32) if tiny else {}
+        gpt_cfg = GPTConfig(grid=resolution // DOWNSAMPLING, **shrink)
         vq_cfg = VQ16Config(ch=32, num_res_blocks=1) if tiny else VQ16Config()
         with hf_common.building(device, torch_dtype):
             gpt = hf_common.init_random(LlamaGenGPT(gpt_cfg))

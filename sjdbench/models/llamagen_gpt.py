@@ -149,9 +149,12 @@ class LlamaGenGPT(nn.Module):
         self.register_buffer("rope", rope_table_2d(cfg), persistent=False)
 
     def setup_cache(self, batch: int, entries: int) -> None:
+        """Static caches of `entries` per row; the previous image's buffers are reused when they fit."""
         p = self.output.weight
         for layer in self.layers:
-            layer.attention.kv = StaticKV(batch, self.cfg.n_head, entries, self.cfg.head_dim, p.dtype, p.device)
+            kv = layer.attention.kv
+            if kv is None or not kv.fits(batch, entries, p.dtype):
+                layer.attention.kv = StaticKV(batch, self.cfg.n_head, entries, self.cfg.head_dim, p.dtype, p.device)
 
     def copy_cache(self, source: torch.Tensor, destination: torch.Tensor) -> None:
         for layer in self.layers:

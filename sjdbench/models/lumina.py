@@ -26,7 +26,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
@@ -47,7 +47,8 @@ PATCH = 32  # pixels per grid token; the VQGAN downsamples 16x, so 2 latent rows
 DEFAULT_SAMPLING = Sampling(cfg_scale=3.0, temperature=1.0, top_k=2000, top_p=1.0)
 PAPER_GSD_D_THR = 0.5  # So et al.'s threshold, measured on Lumina-mGPT's own input embeddings
 VQGAN_FILES = ["vqgan.ckpt", "vqgan.yaml"]
-VQGAN_SOURCE = "Meta's Chameleon image tokenizer (tokenizer/vqgan.ckpt and tokenizer/vqgan.yaml of the Chameleon release)"
+VQGAN_SOURCE = ("Meta's Chameleon image tokenizer (tokenizer/vqgan.ckpt and tokenizer/vqgan.yaml of the "
+                "Chameleon release)")
 IMAGE_NAME = re.compile(r"IMGIMG([A-J]+)Z")
 SEPARATOR, BREAK, END, NEW_LINE = "<reserved08706>", "<racm3:break>", "<eoss>", "<reserved08799>"
 
@@ -75,7 +76,8 @@ class LuminaVocabulary:
     def from_names(cls, names: dict[str, int], bos: int) -> "LuminaVocabulary":
         codes = {code: int(i) for name, i in names.items() if (code := image_code(name)) is not None}
         if not codes or sorted(codes) != list(range(len(codes))):
-            raise ValueError("the vocabulary has no complete set of IMGIMG...Z image tokens; is this a Chameleon checkpoint?")
+            raise ValueError("the vocabulary has no complete set of IMGIMG...Z image tokens; "
+                             "is this a Chameleon checkpoint?")
         missing = [n for n in (SEPARATOR, BREAK, END, NEW_LINE) if n not in names]
         if missing:
             raise ValueError(f"the vocabulary lacks Lumina-mGPT's structural tokens {missing}")
@@ -195,7 +197,8 @@ def load_lm(root: Path, dtype: torch.dtype, device: str) -> ChameleonLM:
             for key in handle.keys():
                 if not key.startswith("model.vqmodel."):
                     state[key] = handle.get_tensor(key)
-    q_norm, k_norm = state.get("model.layers.0.self_attn.q_norm.weight"), state.get("model.layers.0.self_attn.k_norm.weight")
+    q_norm = state.get("model.layers.0.self_attn.q_norm.weight")
+    k_norm = state.get("model.layers.0.self_attn.k_norm.weight")
     if q_norm is not None:
         config["model_parallel_size"] = q_norm.shape[0]
     if k_norm is not None:

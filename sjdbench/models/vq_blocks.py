@@ -55,7 +55,8 @@ class AttnBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, C, H, W = x.shape
         h = self.norm(x)
-        q, k, v = (proj(h).reshape(B, 1, C, H * W).transpose(-1, -2) for proj in (self.q, self.k, self.v))  # (B, 1, HW, C)
+        q, k, v = (proj(h).reshape(B, 1, C, H * W).transpose(-1, -2)  # (B, 1, HW, C)
+                   for proj in (self.q, self.k, self.v))
         out = F.scaled_dot_product_attention(q, k, v)  # softmax(q k^T / sqrt(C)) v
         return x + self.proj_out(out.transpose(-1, -2).reshape(B, C, H, W))
 

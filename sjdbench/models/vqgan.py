@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from sjdbench.models.vq_blocks import AttnBlock, Downsample, ResnetBlock, Upsample, group_norm, load_exact, read_checkpoint, swish
+from sjdbench.models.vq_blocks import (AttnBlock, Downsample, ResnetBlock, Upsample, group_norm, load_exact,
+                                       read_checkpoint, swish)
 
 
 @dataclass

@@ -20,13 +20,14 @@ from typing import Any
 
 import torch
 
-from sjdbench.adapter import PromptBatch
+from sjdbench.adapter import PromptBatch, SegmentLayout
 from sjdbench.models.kv_window import CacheBook, pad_window
 
 
 class WindowedAdapter:
     name: str
     vocab_size: int
+    layout: SegmentLayout
     device: torch.device
     compile: bool = False
     entry_positions: bool = False  # rotary positions = cache entries (see CacheBook.new)
