@@ -137,8 +137,10 @@ def test_missing_weights_give_one_line(tmp_path):
 
 
 def test_offline_hub_gives_one_line(monkeypatch, tmp_path):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty cache
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))  # an empty cache, whatever this machine holds
     with pytest.raises(FileNotFoundError) as error:
         build_janus_adapter(size="1B")
     message = str(error.value)
