@@ -2,13 +2,13 @@
 static KV cache (`kv_window.CacheBook`), the CFG pair as one batch of 2, and the optional compiled
 window forward.
 
-A model adapter subclasses `WindowedAdapter` and supplies four hooks:
+A model adapter subclasses `WindowedAdapter` and supplies five hooks:
     _allocate(book)                    set up its layers' caches for book.size entries per row
     _embed(tokens (B, L)) -> (B, L, D) input vectors of segment tokens
     _run(x, write, rotary, mask)       the transformer over x (B, L, D) -> final hidden (B, L, D)
     _head(hidden (B, L, D)) -> (B, L, V)
-plus `_prompt_inputs(prompt) -> (B, P, D)` when its prompt is not token ids (LlamaGen), and
-`_commit_kv(source, destination)` (copy the kept slots in every layer).
+    _commit_kv(source, destination)    copy the kept slots' entries in every layer
+plus `_prompt_inputs(prompt) -> (B, P, D)` when its prompt is not token ids (LlamaGen).
 
 Only the logits the loop reads are computed: the prefill returns the last prompt slot's, never the
 whole prompt's. With `compile=True` the window forward is a `torch.compile`d function of static
