@@ -25,8 +25,28 @@ from sjdbench.decoding.parts import KINDS as PART_KINDS  # part groups: conf/dec
 
 @dataclass
 class ModelConfig:
+    """`options` are the model builder's keyword arguments. The keys below are the ones every real
+    model shares, spelled at the top level (`model.weights=random`); each one that is set (not null)
+    is passed to the builder like an option of the same name."""
+
     name: str = "debug"
     options: Dict[str, Any] = field(default_factory=dict)
+    path: Optional[str] = None  # local weights directory (null: the hub id's cached snapshot)
+    weights: Optional[str] = None  # pretrained | random (the architecture with random weights, no download)
+    dtype: Optional[str] = None  # auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp16 | fp32
+    resolution: Optional[int] = None  # image side in pixels (Lumina 512/768/1024, LlamaGen 256/512, ...)
+    size: Optional[str] = None  # architecture variant (Janus 1B/7B; tiny: a shrunken random model for CPU)
+    compile: Optional[bool] = None  # torch.compile the window forward (warm-up decodes absorb compilation)
+
+    def __post_init__(self) -> None:
+        for key in ("path", "weights", "dtype", "resolution", "size", "compile"):
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if key in self.options and self.options[key] != value:
+                raise UserError(f"model.{key}={value} contradicts model.options.{key}={self.options[key]}; "
+                                "set one of them")
+            self.options = {**self.options, key: value}
 
 
 @dataclass

@@ -10,6 +10,10 @@ from sjdbench.errors import UserError
 BUILDERS = {
     "debug": "sjdbench.models.debug:build_debug_adapter",
     "toy": "sjdbench.models.toy.model:build_toy_adapter",
+    "lumina": "sjdbench.models.lumina:build_lumina_adapter",
+    "llamagen": "sjdbench.models.llamagen:build_llamagen_adapter",
+    "janus": "sjdbench.models.janus:build_janus_adapter",
+    "emu3": "sjdbench.models.emu3:build_emu3_adapter",
 }
 
 
@@ -17,6 +21,10 @@ BUILDERS = {
 # listed have no files (debug: seeded random weights, fully described by their options)
 FINGERPRINTS = {
     "toy": "sjdbench.models.toy.model:weights_fingerprint",
+    "lumina": "sjdbench.models.lumina:weights_fingerprint",
+    "llamagen": "sjdbench.models.llamagen:weights_fingerprint",
+    "janus": "sjdbench.models.janus:weights_fingerprint",
+    "emu3": "sjdbench.models.emu3:weights_fingerprint",
 }
 
 
@@ -45,7 +53,7 @@ def weights_fingerprint(name: str, options: dict[str, Any]) -> str | None:
     accepted = inspect.signature(fingerprint).parameters
     try:
         return fingerprint(**{k: v for k, v in options.items() if k in accepted})
-    except FileNotFoundError as error:
+    except (ValueError, FileNotFoundError) as error:  # missing or unreachable weights, bad option values
         raise UserError(f"model '{name}': {error}") from None
 
 
@@ -63,9 +71,9 @@ def build_adapter(name: str, options: dict[str, Any], device: str):
     builder = _import(name, BUILDERS.get(name, ""))
     accepted = inspect.signature(builder).parameters
     unknown = sorted(set(options) - set(accepted))
-    if unknown:
+    if unknown:  # options, or the top-level model keys (model.weights=...) the model does not take
         valid = ", ".join(p for p in accepted if p != "device")
-        raise UserError(f"unknown model.options for {name}: {', '.join(unknown)}; valid: {valid}")
+        raise UserError(f"model '{name}' does not take {', '.join(unknown)}; its options are: {valid}")
     try:
         return builder(**options, device=device)
     except (ValueError, FileNotFoundError) as error:  # bad option values, missing weights

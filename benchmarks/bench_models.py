@@ -1,0 +1,113 @@
+"""What one decoding step costs on each real model: the prefill, one AR step (a 1-slot window and its
+commit) and a W-slot window forward, as ratios to the AR step, plus parameters and peak memory.
+
+    python benchmarks/bench_models.py --device cuda                      # full architectures, random weights
+    python benchmarks/bench_models.py --device cuda --compile            # the torch.compile'd window forward
+    python benchmarks/bench_models.py --models janus --size tiny         # CPU smoke run of the script
+
+Weights are random (`weights=random`): no download, and the cost of a forward does not depend on the
+values. `window / AR` is the number of AR steps one W-slot Jacobi iteration costs; a decoder's real
+speedup is its step compression divided by that ratio (minus the loop's own overhead). Timings are
+medians of interleaved repeats after an untimed warm-up; the device is synchronised around each.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import platform
+import statistics
+import time
+
+import torch
+
+BUILDERS = {"lumina": "build_lumina_adapter", "llamagen": "build_llamagen_adapter", "janus": "build_janus_adapter",
+            "emu3": "build_emu3_adapter"}
+FULL_SIZE = {"lumina": "7B", "llamagen": "XL", "janus": "7B", "emu3": "8B"}
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(device: str, fn) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def count_parameters(adapter) -> int:
+    """Every weight the adapter holds (LM, VQ decoder, text encoder), each counted once."""
+    modules = [v for v in vars(adapter).values() if isinstance(v, torch.nn.Module)]
+    if hasattr(adapter, "captions"):
+        modules.append(adapter.captions.encoder)
+    unique = {id(p): p for module in modules for p in module.parameters()}
+    return sum(p.numel() for p in unique.values())
+
+
+def measure(model: str, args) -> dict:
+    builder = getattr(importlib.import_module(f"sjdbench.models.{model}"), BUILDERS[model])
+    options = dict(weights="random", size=args.size or FULL_SIZE[model], device=args.device, compile=args.compile)
+    if args.resolution:
+        options["resolution"] = args.resolution
+    if args.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    adapter = builder(**options)
+    parameters = count_parameters(adapter)
+    prompt = adapter.encode_prompt("a photo of a red cube on a wooden table, soft light")
+    W = args.window
+    tokens = adapter.image_token_ids[torch.randint(0, adapter.image_token_ids.numel(), (W,))]
+    positions = torch.arange(W, device=adapter.device)
+    cache = adapter.new_cache(prompt, extra=W)
+    prefill = timed(args.device, lambda: adapter.prefill(prompt, cache))
+
+    def ar_step():
+        adapter.forward(tokens[:1], positions[:1], cache)
+        adapter.commit(cache, positions[:1])
+
+    def window_step():
+        adapter.forward(tokens, positions, cache)
+        adapter.commit(cache, positions[:1])
+
+    for _ in range(2):  # warm-up (and compilation)
+        ar_step(), window_step()
+    ar, window = [], []
+    for _ in range(args.repeats):  # interleaved, so drift hits both alike
+        ar.append(timed(args.device, ar_step))
+        window.append(timed(args.device, window_step))
+    row = {"model": model, "size": options["size"], "params_M": parameters / 1e6, "prompt": prompt.length,
+           "segment": adapter.layout.n_positions, "prefill_ms": 1e3 * prefill,
+           "ar_step_ms": 1e3 * statistics.median(ar), "window_ms": 1e3 * statistics.median(window)}
+    row["window/AR"] = row["window_ms"] / row["ar_step_ms"]
+    if args.device.startswith("cuda"):
+        row["peak_GiB"] = torch.cuda.max_memory_allocated() / 2**30
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=list(BUILDERS), choices=list(BUILDERS))
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--size", default=None, help="architecture size for every model (default: the released one)")
+    parser.add_argument("--resolution", type=int, default=None)
+    parser.add_argument("--window", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--compile", action="store_true")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
+    print(f"# device {args.device} ({device_name}), torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"W={args.window}, compile={args.compile}")
+    rows = []
+    for model in args.models:
+        rows.append(measure(model, args))
+        fields = (f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in rows[-1].items())
+        print("  ".join(fields), flush=True)
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""LlamaGen's VQ-16 image tokenizer (16384 codes of dim 8, L2-normalised, 16x downsampling), as
+released in `vq_ds16_t2i.pt` (`checkpoint["model"]`).
+
+Parameter names follow that checkpoint: encoder/decoder `conv_blocks.<level>.res.<i>`,
+`conv_blocks.<level>.attn.<i>` (attention at the coarsest level only), `mid.0/1/2`, and the
+quantizer's `embedding` plus its `codebook_used` usage buffer. Decoding looks codes up in the
+L2-normalised codebook, as LlamaGen's `decode_code` does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sjdbench.models.vq_blocks import (AttnBlock, Downsample, ResnetBlock, Upsample, group_norm, load_exact,
+                                       read_checkpoint, swish)
+
+
+@dataclass
+class VQ16Config:
+    codebook_size: int = 16384
+    codebook_embed_dim: int = 8
+    ch: int = 128
+    ch_mult: list[int] = field(default_factory=lambda: [1, 1, 2, 2, 4])
+    num_res_blocks: int = 2
+    z_channels: int = 256
+    usage_buffer: int = 65536  # length of the training-time `codebook_used` buffer kept in the checkpoint
+
+    @property
+    def downsampling(self) -> int:
+        return 2 ** (len(self.ch_mult) - 1)
+
+    @classmethod
+    def from_state(cls, state: dict[str, torch.Tensor]) -> "VQ16Config":
+        """The architecture of a checkpoint, read from its weight shapes (VQ-16 and VQ-8 alike)."""
+        ch = state["encoder.conv_in.weight"].shape[0]
+        levels = 1 + max(int(k.split(".")[2]) for k in state if k.startswith("encoder.conv_blocks."))
+        mult = [state[f"encoder.conv_blocks.{i}.res.0.conv1.weight"].shape[0] // ch for i in range(levels)]
+        blocks = {k.split(".")[4] for k in state if k.startswith("encoder.conv_blocks.0.res.")}
+        size, dim = state["quantize.embedding.weight"].shape
+        usage = state.get("quantize.codebook_used")
+        return cls(codebook_size=size, codebook_embed_dim=dim, ch=ch, ch_mult=mult, num_res_blocks=len(blocks),
+                   z_channels=state["encoder.conv_out.weight"].shape[0],
+                   usage_buffer=usage.numel() if usage is not None else cls.usage_buffer)
+
+
+class _Level(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.res = nn.ModuleList()
+        self.attn = nn.ModuleList()
+
+
+def _middle(channels: int) -> nn.ModuleList:
+    return nn.ModuleList([ResnetBlock(channels, channels), AttnBlock(channels), ResnetBlock(channels, channels)])
+
+
+class Encoder(nn.Module):
+    def __init__(self, cfg: VQ16Config) -> None:
+        super().__init__()
+        levels = len(cfg.ch_mult)
+        in_mult = (1, *cfg.ch_mult)
+        self.conv_in = nn.Conv2d(3, cfg.ch, 3, padding=1)
+        self.conv_blocks = nn.ModuleList()
+        for i in range(levels):
+            level, channels = _Level(), cfg.ch * in_mult[i]
+            for _ in range(cfg.num_res_blocks):
+                level.res.append(ResnetBlock(channels, cfg.ch * cfg.ch_mult[i]))
+                channels = cfg.ch * cfg.ch_mult[i]
+                if i == levels - 1:
+                    level.attn.append(AttnBlock(channels))
+            if i != levels - 1:
+                level.downsample = Downsample(channels)
+            self.conv_blocks.append(level)
+        self.mid = _middle(channels)
+        self.norm_out = group_norm(channels)
+        self.conv_out = nn.Conv2d(channels, cfg.z_channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv_in(x)
+        for i, level in enumerate(self.conv_blocks):
+            for j, block in enumerate(level.res):
+                h = block(h)
+                if len(level.attn):
+                    h = level.attn[j](h)
+            if i != len(self.conv_blocks) - 1:
+                h = level.downsample(h)
+        for block in self.mid:
+            h = block(h)
+        return self.conv_out(swish(self.norm_out(h)))
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: VQ16Config) -> None:
+        super().__init__()
+        levels = len(cfg.ch_mult)
+        channels = cfg.ch * cfg.ch_mult[-1]
+        self.conv_in = nn.Conv2d(cfg.z_channels, channels, 3, padding=1)
+        self.mid = _middle(channels)
+        self.conv_blocks = nn.ModuleList()
+        for i in reversed(range(levels)):  # coarsest level first
+            level = _Level()
+            for _ in range(cfg.num_res_blocks + 1):
+                level.res.append(ResnetBlock(channels, cfg.ch * cfg.ch_mult[i]))
+                channels = cfg.ch * cfg.ch_mult[i]
+                if i == levels - 1:
+                    level.attn.append(AttnBlock(channels))
+            if i != 0:
+                level.upsample = Upsample(channels)
+            self.conv_blocks.append(level)
+        self.norm_out = group_norm(channels)
+        self.conv_out = nn.Conv2d(channels, 3, 3, padding=1)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        h = self.conv_in(z)
+        for block in self.mid:
+            h = block(h)
+        for i, level in enumerate(self.conv_blocks):
+            for j, block in enumerate(level.res):
+                h = block(h)
+                if len(level.attn):
+                    h = level.attn[j](h)
+            if i != len(self.conv_blocks) - 1:
+                h = level.upsample(h)
+        return self.conv_out(swish(self.norm_out(h)))
+
+
+class Quantizer(nn.Module):
+    def __init__(self, cfg: VQ16Config) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(cfg.codebook_size, cfg.codebook_embed_dim)
+        self.register_buffer("codebook_used", torch.zeros(cfg.usage_buffer))
+
+    def normalised(self) -> torch.Tensor:
+        return F.normalize(self.embedding.weight, p=2, dim=-1)  # (K, D)
+
+
+class VQ16(nn.Module):
+    def __init__(self, cfg: VQ16Config) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg)
+        self.quantize = Quantizer(cfg)
+        self.quant_conv = nn.Conv2d(cfg.z_channels, cfg.codebook_embed_dim, 1)
+        self.post_quant_conv = nn.Conv2d(cfg.codebook_embed_dim, cfg.z_channels, 1)
+
+    @torch.inference_mode()
+    def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes (B, h, w) -> images (B, 3, 16h, 16w) in about [-1, 1]."""
+        z = self.quantize.normalised()[codes].permute(0, 3, 1, 2)  # (B, D, h, w)
+        return self.decoder(self.post_quant_conv(z))
+
+    @classmethod
+    def load(cls, checkpoint: Path) -> "VQ16":
+        state = read_checkpoint(checkpoint)
+        state = state.get("model", state)
+        model = cls(VQ16Config.from_state(state))
+        load_exact(model, state, str(checkpoint))
+        return model.eval()

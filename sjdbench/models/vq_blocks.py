@@ -1,0 +1,113 @@
+"""Convolutional blocks of the taming-transformers VQGAN family, shared by Meta's Chameleon VQGAN
+(`vqgan.py`, used by Lumina-mGPT) and LlamaGen's VQ-16 (`vq16.py`).
+
+Both release checkpoints name these blocks' parameters the same way (norm1/conv1/norm2/conv2/
+nin_shortcut, norm/q/k/v/proj_out, conv); they differ only in how the blocks are nested, which each
+model file spells out. Inference only: no dropout, no losses.
+"""
+from __future__ import annotations
+
+import logging
+import pickle
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+
+def group_norm(channels: int) -> nn.GroupNorm:
+    return nn.GroupNorm(num_groups=32, num_channels=channels, eps=1e-6, affine=True)
+
+
+def swish(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(x)
+
+
+class ResnetBlock(nn.Module):
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.norm1 = group_norm(in_channels)
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+        self.norm2 = group_norm(out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
+        self.nin_shortcut = nn.Conv2d(in_channels, out_channels, 1) if in_channels != out_channels else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv1(swish(self.norm1(x)))
+        h = self.conv2(swish(self.norm2(h)))
+        return (x if self.nin_shortcut is None else self.nin_shortcut(x)) + h
+
+
+class AttnBlock(nn.Module):
+    """Single-head self-attention over the H*W positions of a feature map."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.norm = group_norm(channels)
+        self.q = nn.Conv2d(channels, channels, 1)
+        self.k = nn.Conv2d(channels, channels, 1)
+        self.v = nn.Conv2d(channels, channels, 1)
+        self.proj_out = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, C, H, W = x.shape
+        h = self.norm(x)
+        q, k, v = (proj(h).reshape(B, 1, C, H * W).transpose(-1, -2)  # (B, 1, HW, C)
+                   for proj in (self.q, self.k, self.v))
+        out = F.scaled_dot_product_attention(q, k, v)  # softmax(q k^T / sqrt(C)) v
+        return x + self.proj_out(out.transpose(-1, -2).reshape(B, C, H, W))
+
+
+class Upsample(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.interpolate(x, scale_factor=2.0, mode="nearest"))
+
+
+class Downsample(nn.Module):
+    """Stride-2 convolution with the asymmetric (right/bottom) zero padding of the originals."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, stride=2, padding=0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.pad(x, (0, 1, 0, 1)))
+
+
+def load_exact(module: nn.Module, state: dict[str, torch.Tensor], source: str, ignore: tuple[str, ...] = ()
+               ) -> list[str]:
+    """Load `state` (keys under `ignore` prefixes dropped) requiring every weight of `module` with its
+    exact shape: one readable line (file, count, first keys) when one is missing or misshapen, never
+    a silently half-random model. Keys the module does not have are returned (and logged), not fatal:
+    the originals load their release files with strict=False, so a benign extra must not block a run."""
+    kept = {k: v for k, v in state.items() if not k.startswith(ignore)}
+    expected = module.state_dict()
+    missing = sorted(set(expected) - set(kept))
+    wrong = sorted(k for k in set(expected) & set(kept) if tuple(expected[k].shape) != tuple(kept[k].shape))
+    for label, keys in (("missing", missing), ("wrongly shaped", wrong)):
+        if keys:
+            raise ValueError(f"{source}: {len(keys)} {label} weights for {type(module).__name__}, e.g. "
+                             f"{', '.join(keys[:3])}; is this the right checkpoint?")
+    unexpected = sorted(set(kept) - set(expected))
+    if unexpected:
+        log.warning("%s: %d weights not used by %s, e.g. %s", source, len(unexpected), type(module).__name__,
+                    ", ".join(unexpected[:3]))
+    module.load_state_dict({k: kept[k] for k in expected}, strict=True)
+    return unexpected
+
+
+def read_checkpoint(path: Path) -> dict[str, torch.Tensor]:
+    """A torch checkpoint's tensors. Release files are loaded as plain tensors first; only a file that
+    pickles other objects (a training checkpoint's bookkeeping) is read with full unpickling."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        log.info("%s holds non-tensor objects; loading it with full unpickling", path)
+        return torch.load(path, map_location="cpu", weights_only=False)
