@@ -35,7 +35,8 @@ def semantic_fields(config: RunConfig, prompts_sha: str, device_type: str, weigh
     retrained model never resumes (and mixes into) the results of the previous one; None for
     models without files (debug)."""
     fields = {
-        "model": asdict(config.model),
+        # the builder's arguments: options, with the top-level model keys that are set folded in
+        "model": {"name": config.model.name, "options": dict(config.model.options)},
         "decoder": decoder_spec(config).identity(),
         "data": {"name": config.data.name, "prompts_sha": prompts_sha},
         "sampling": asdict(config.sampling),
