@@ -25,8 +25,8 @@ from sjdbench.report.load import load_runs, load_samples, load_scores
 from sjdbench.report.pairing import pair_all
 from sjdbench.report.provenance import mixing_warnings, notes, timing_warnings, unused_runs
 from sjdbench.report.render import to_csv, to_latex, to_markdown
-from sjdbench.report.select import parse_filters, select_runs
-from sjdbench.report.tables import (Table, _with_numbers, ablation_tables, category_tables, main_run_ids, main_table,
+from sjdbench.report.select import Filters, parse_filters, select_runs
+from sjdbench.report.tables import (Table, with_numbers, ablation_tables, category_tables, main_run_ids, main_table,
                                     quality_metrics, quality_tables, slug)
 from sjdbench.store import atomic_write_bytes, atomic_write_json, atomic_write_text
 
@@ -92,30 +92,48 @@ def _parquet(frame: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-def build_report(words: list[str], out: Path | None = None, every_run: bool = False, trace: int = 0,
-                 progress: Callable[[str], None] | None = None) -> Report:
-    filters = parse_filters(words)
-    out = Path(out) if out else filters.root / "report"
-    progress = progress or (lambda line: None)
+@dataclass
+class Collected:
+    """The store as the report sees it: the selected runs (every status), the complete ones, their
+    sample rows, score files and AR pairings."""
+
+    selected: pd.DataFrame
+    runs: pd.DataFrame
+    samples_all: pd.DataFrame
+    samples: pd.DataFrame
+    scores: pd.DataFrame
+    pairings: pd.DataFrame
+
+
+def collect(filters: Filters) -> Collected:
     selected = select_runs(load_runs(filters.root), filters)
-    report = Report(out, unused=unused_runs(selected))
-    if trace > 0:
-        report.warnings += trace_drafts(selected, trace, progress)
-        selected = select_runs(load_runs(filters.root), filters)
     runs = selected[selected["status"] == "complete"].reset_index(drop=True)
     if runs.empty:
         raise UserError(f"the runs matching {filters.describe()} are all incomplete ({len(selected)}); finish them "
                         "by re-running their commands")
     samples_all = load_samples(selected)
     samples = samples_all[samples_all["run_id"].isin(runs["run_id"])]
-    scores = load_scores(runs)
-    pairings = pair_all(runs, samples)
+    return Collected(selected, runs, samples_all, samples, load_scores(runs), pair_all(runs, samples))
+
+
+def build_report(words: list[str], out: Path | None = None, every_run: bool = False, trace: int = 0,
+                 progress: Callable[[str], None] | None = None, figures: bool = True) -> Report:
+    filters = parse_filters(words)
+    out = Path(out) if out else filters.root / "report"
+    progress = progress or (lambda line: None)
+    warnings = []
+    if trace > 0:
+        warnings = trace_drafts(select_runs(load_runs(filters.root), filters), trace, progress)
+    store = collect(filters)
+    selected, runs, samples_all, samples = store.selected, store.runs, store.samples_all, store.samples
+    scores, pairings = store.scores, store.pairings
+    report = Report(out, unused=unused_runs(selected), warnings=warnings)
 
     written: dict[str, list[Table]] = {"main": [], "ablations": [], "quality": [], "categories": []}
     sections = []
     for (model, data), group in runs.groupby(["model", "data"], sort=True):
         sections.append(_section(report, str(model), str(data), group.reset_index(drop=True), samples, scores,
-                                 pairings, written, every_run))
+                                 pairings, written, every_run, figures))
     report.main = written["main"]
 
     for name, tables in written.items():
@@ -145,7 +163,7 @@ def build_report(words: list[str], out: Path | None = None, every_run: bool = Fa
 
 
 def _section(report: Report, model: str, data: str, group: pd.DataFrame, samples: pd.DataFrame, scores: pd.DataFrame,
-             pairings: pd.DataFrame, written: dict, every_run: bool) -> Section:
+             pairings: pd.DataFrame, written: dict, every_run: bool, figures: bool) -> Section:
     key = (model, data)
     main = _annotate(main_table(group, pairings, scores, key, every_run), group, samples, pairings)
     ablations = [_annotate(t, group, samples, pairings) for t in ablation_tables(group, pairings, scores, key)]
@@ -156,8 +174,10 @@ def _section(report: Report, model: str, data: str, group: pd.DataFrame, samples
     written["categories"] += categories
     written["quality"] += quality
 
+    if not figures:
+        return Section(f"{model} on {data}", [main], [], ablations, categories, quality, [])
     q_metrics, quality_frame = quality_metrics(scores, group["run_id"])
-    numbers = _with_numbers(group, pairings, quality_frame)
+    numbers = with_numbers(group, pairings, quality_frame)
     main_numbers = main.frame
     own_samples = samples[samples["run_id"].isin(group["run_id"])]
     plots = [

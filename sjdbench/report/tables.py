@@ -152,7 +152,7 @@ def quality_metrics(scores: pd.DataFrame, run_ids) -> tuple[list[Metric], pd.Dat
 
 # -- building the frames --------------------------------------------------------------------------
 
-def _with_numbers(runs: pd.DataFrame, pairings: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
+def with_numbers(runs: pd.DataFrame, pairings: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
     frame = runs.merge(pairings.drop(columns=[c for c in ("ar_run_id",) if c in runs]), on="run_id", how="left")
     if not quality.empty:
         frame = frame.merge(quality, left_on="run_id", right_index=True, how="left")
@@ -193,7 +193,7 @@ def main_table(runs: pd.DataFrame, pairings: pd.DataFrame, scores: pd.DataFrame,
                every_run: bool = False) -> Table:
     chosen = runs if every_run else runs[runs["run_id"].isin(main_run_ids(runs))]
     q_metrics, quality = quality_metrics(scores, chosen["run_id"])
-    frame = _ordered(_with_numbers(chosen, pairings, quality))
+    frame = _ordered(with_numbers(chosen, pairings, quality))
     labels = {"decoder": "decoder", "window": "W", "lossless": "lossless"}
     labels.update({c: RUN_SETTINGS[c] for c in _varying_run_settings(frame)})
     frame = _labelled(frame, labels).reset_index(drop=True)
@@ -262,7 +262,7 @@ def _present_setting(value) -> bool:
 
 def _ablation(members, dims, chain, family, pairings, scores, group) -> Table:
     q_metrics, quality = quality_metrics(scores, members["run_id"])
-    frame = _with_numbers(members, pairings, quality)
+    frame = with_numbers(members, pairings, quality)
     frame = frame.sort_values(dims, key=lambda s: s.map(_sort_key)).reset_index(drop=True)
     labels = {d: setting_name(d[len("spec."):]) for d in dims}
     labels["decoder"] = "decoder"
