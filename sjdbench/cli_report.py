@@ -46,4 +46,4 @@ def report(
     for line in result.skipped:
         err_console.print(f"note: {line}", highlight=False, markup=False)
     for path in result.files:
-        console.print(f"wrote {path}", highlight=False, markup=False)
+        console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)  # one line per file
