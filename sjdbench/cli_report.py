@@ -45,5 +45,5 @@ def report(
         err_console.print(f"not used: {line}", highlight=False, markup=False)
     for line in result.skipped:
         err_console.print(f"note: {line}", highlight=False, markup=False)
-    for path in result.files:
+    for path in [*result.figures, *result.files]:
         console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)  # one line per file

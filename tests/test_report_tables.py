@@ -2,6 +2,8 @@
 import json
 import math
 import re
+import shutil
+import subprocess
 
 import numpy as np
 import pandas as pd
@@ -297,3 +299,38 @@ def test_unknown_parts_and_knobs_count_as_lossy():
     assert not is_lossless({**spec, "verifier": {"name": "exact", "reading": "official"}})
     assert not is_lossless({**spec, "proposal": {"name": "mystery"}})
     assert not is_lossless({**spec, "topology": {"name": "tree"}})
+
+
+def test_a_two_setting_grid_gives_a_table_per_setting_and_one_over_both(tmp_path):
+    root = tmp_path / "results"
+    write_run(root, SynthRun(["decoder=ar"], [1.0] * 5, [20] * 5))
+    for window in (16, 32):
+        for steps in (2, 3):
+            write_run(root, SynthRun(["decoder=sjd_vp", f"decoder.window={window}", f"decoder.growth_steps={steps}"],
+                                     [1.0 + window / 100 + steps / 10] * 5, [10] * 5))
+    report = report_of(root, tmp_path / "out")
+    titles = [t.title for t in report.main] + [line for line in (tmp_path / "out" / "ablations.md").read_text().splitlines()
+                                               if line.startswith("### ")]
+    assert [t for t in titles if "over" in t] == [
+        "### toy on toy: sjd_vp (vp(resample)+exact) over W",
+        "### toy on toy: sjd_vp (vp(resample)+exact) over N",
+        "### toy on toy: sjd_vp (vp(resample)+exact) over W × N",
+    ]
+    csv = pd.read_csv(tmp_path / "out" / "ablations.csv")
+    both = csv[csv["table"].str.endswith("W-N")]
+    assert list(zip(both["W"], both["N"])) == [(16, 2), (16, 3), (32, 2), (32, 3)]
+    assert both["speedup"].tolist() == pytest.approx([1.36, 1.46, 1.52, 1.62])
+    assert len(main_frame(tmp_path / "out")) == 2  # AR and sjd_vp at its preset's settings
+    every = report_of(root, tmp_path / "every", every_run=True)
+    assert len(every.main[0].frame) == 5 and "sjd_vp(N=2)" in set(every.main[0].frame["decoder"])
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="needs pdflatex (texlive-latex-recommended for booktabs)")
+def test_main_and_ablation_tex_compile(built, tmp_path):
+    _, _, out, _ = built
+    (tmp_path / "doc.tex").write_text("\\documentclass{article}\\usepackage[utf8]{inputenc}\\usepackage{booktabs}"
+                                      "\\usepackage[landscape,margin=1cm]{geometry}\\begin{document}"
+                                      f"\\input{{{out / 'main.tex'}}}\\input{{{out / 'ablations.tex'}}}\\end{{document}}\n")
+    result = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:]

@@ -26,16 +26,21 @@ from sjdbench.report.pairing import pair_all
 from sjdbench.report.provenance import mixing_warnings, notes, timing_warnings, unused_runs
 from sjdbench.report.render import to_csv, to_latex, to_markdown
 from sjdbench.report.select import Filters, parse_filters, select_runs
-from sjdbench.report.tables import (Table, with_numbers, ablation_tables, category_tables, main_run_ids, main_table,
-                                    quality_metrics, quality_tables, slug)
+from sjdbench.report.tables import (Table, ablation_tables, category_tables, main_run_ids, main_table, quality_metrics,
+                                    quality_tables, slug, with_numbers)
 from sjdbench.store import atomic_write_bytes, atomic_write_json, atomic_write_text
+
+
+LOSSLESS_NOTE = ("lossless: built only from parts that keep AR's distribution (exact or greedy verifier; resample, "
+                 "exact coupling or VP with its fused reference as proposal; any init)")
 
 
 @dataclass
 class Report:
     out: Path
     main: list[Table] = field(default_factory=list)
-    files: list[Path] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # tables, data and the page
+    figures: list[Path] = field(default_factory=list)
     unused: list[str] = field(default_factory=list)  # incomplete / legacy runs, one line each
     skipped: list[str] = field(default_factory=list)  # tables and figures with nothing to show, and why
     warnings: list[str] = field(default_factory=list)
@@ -45,7 +50,7 @@ def _annotate(table: Table, runs: pd.DataFrame, samples: pd.DataFrame, pairings:
     """Provenance and warnings computed from exactly the runs behind the table's rows."""
     ids = set(table.frame["run_id"]) if "run_id" in table.frame else set(runs["run_id"])
     own = runs[runs["run_id"].isin(ids)]
-    table.notes = notes(own)
+    table.notes = notes(own) + ([LOSSLESS_NOTE] if "lossless" in table.labels else [])
     table.warnings = mixing_warnings(own) + timing_warnings(own, samples, pairings[pairings["run_id"].isin(ids)])
     return table
 
@@ -154,7 +159,7 @@ def build_report(words: list[str], out: Path | None = None, every_run: bool = Fa
     atomic_write_json(out / "provenance.json", provenance)
     report.files.append(out / "provenance.json")
     html_path = out / "report.html"
-    header = [f"sjdbench report of {len(runs)} runs in {filters.root} ({filters.describe()}), "
+    header = [f"sjdbench report of {len(runs)} complete runs in {filters.root}, selected by {filters.describe()}; "
               f"generated {provenance['generated']}"]
     listed = [str(p.relative_to(out)) for p in report.files] + ["report.html"]
     atomic_write_text(html_path, page("sjdbench report", header, report.warnings, report.unused, sections, listed))
@@ -193,16 +198,18 @@ def _section(report: Report, model: str, data: str, group: pd.DataFrame, samples
     names = ["quality vs speed", "trajectories", "speedup vs W", "NFE vs N", "acceptance by position",
              "accepted lengths", "growth", "image grid"]
     directory = report.out / "figures" / f"{slug(model)}-{slug(data)}"
-    entries, skipped = [], []
+    entries, skipped, figure_files = [], [], []
     for name, plot in zip(names, plots):
         if isinstance(plot, str):
             skipped.append(f"figure '{name}' for {model} on {data} skipped: {plot}")
             continue
+        wide = plot.figure.get_size_inches()[0] > 8  # multi-panel figures and grids span the page
         paths = figs.write_plot(plot, directory)
-        report.files += paths
+        figure_files += paths
         relative = [str(p.relative_to(report.out)) for p in paths]
-        entries.append(FigureEntry(plot.title, plot.caption, relative[0], relative[1:]))
+        entries.append(FigureEntry(plot.title, plot.caption, relative[0], relative[1:], wide))
     report.skipped += skipped
+    report.figures += figure_files
     return Section(f"{model} on {data}", [main], entries, ablations, categories, quality, skipped)
 
 

@@ -61,7 +61,10 @@ def _finish(ax, xlabel: str, ylabel: str, legend: bool = True) -> None:
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
-    if legend and ax.get_legend_handles_labels()[0]:
+    handles = ax.get_legend_handles_labels()[0]
+    if legend and len(handles) > 5:  # many series: beside the axes, not over the data
+        ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    elif legend and handles:
         ax.legend(fontsize=8, frameon=False)
 
 

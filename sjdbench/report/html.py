@@ -23,8 +23,11 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 ul.prov { font-size: 12px; color: #555; margin: 4px 0 8px; padding-left: 18px; }
 li.warn, p.warn { color: #9a4a00; }
 .header { background: #f6f8fa; border: 1px solid #e1e4e8; padding: 8px 14px; border-radius: 6px; font-size: 12.5px; }
-figure { margin: 14px 0 26px; } figure img { max-width: 100%; border: 1px solid #eee; }
-figcaption { font-size: 12px; color: #444; max-width: 900px; }
+.figs { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 18px 26px; margin: 18px 0; }
+figure { margin: 0; } figure.wide { grid-column: 1 / -1; }
+figure img { width: 100%; max-height: 760px; object-fit: contain; object-position: left top; border: 1px solid #eee; }
+figure.wide img { width: auto; max-width: 100%; max-height: none; }
+figcaption { font-size: 12px; color: #444; }
 .files a { margin-right: 10px; } .skipped { font-size: 12px; color: #666; }
 """
 
@@ -35,6 +38,7 @@ class FigureEntry:
     caption: str
     image: str  # path relative to the report folder
     other: list[str] = field(default_factory=list)  # the same figure in other formats
+    wide: bool = False  # spans the page (multi-panel figures, image grids)
 
 
 @dataclass
@@ -61,14 +65,17 @@ def page(title: str, header: list[str], warnings: list[str], unused: list[str], 
         out += [f"<li>{html.escape(line)}</li>" for line in unused]
         out.append("</ul>")
     links = " ".join(f'<a href="{html.escape(f)}">{html.escape(f)}</a>' for f in files)
-    out.append(f'<div class="files">Files: {links}</div></div>')
+    out.append(f'<div class="files">Files: {links} (figures: PNG and SVG under figures/)</div></div>')
     for section in sections:
         out.append(f"<h2>{html.escape(section.title)}</h2>")
         out += [to_html(t) for t in section.main]
+        out.append('<div class="figs">')
         for figure in section.figures:
             alt = " ".join(f'<a href="{html.escape(o)}">{html.escape(Path(o).suffix[1:].upper())}</a>' for o in figure.other)
-            out.append(f'<figure><img src="{html.escape(figure.image)}" alt="{html.escape(figure.title)}">'
+            wide = ' class="wide"' if figure.wide else ""
+            out.append(f'<figure{wide}><img src="{html.escape(figure.image)}" alt="{html.escape(figure.title)}">'
                        f"<figcaption><b>{html.escape(figure.title)}.</b> {html.escape(figure.caption)} {alt}</figcaption></figure>")
+        out.append("</div>")
         for heading, tables in (("Ablations", section.ablations), ("Quality", section.quality),
                                 ("Per category", section.categories)):
             if tables:

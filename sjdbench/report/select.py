@@ -5,8 +5,8 @@
     sjdbench report decoder.proposal.lam=0.25 decoder/verifier=lantern results_dir=/data/results
 
 Values are comma-separated alternatives and may use shell-style globs (decoder='sjd*'). Decoder
-filters pick decoder runs; the AR baselines that match the other filters are always kept, since
-every speedup needs one.
+filters pick decoder runs; the AR baselines those runs pair with are always kept, since every
+speedup needs one.
 """
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def sweep_run_ids(root: Path, sweep_id: str) -> set[str]:
 
 
 def select_runs(runs: pd.DataFrame, filters: Filters) -> pd.DataFrame:
-    """The runs the filters pick (every status), plus the AR runs that match the run-level filters.
+    """The runs the filters pick (every status), plus the AR runs the chosen decoders pair with.
     UserError when nothing matches, naming what the store holds."""
     if runs.empty:
         raise UserError(f"no runs in {filters.root / 'runs'}; run `sjdbench sweep ...` first or pass results_dir=<dir>")
@@ -126,7 +126,12 @@ def select_runs(runs: pd.DataFrame, filters: Filters) -> pd.DataFrame:
     decoder_keep = pd.Series(True, index=runs.index)
     for column, patterns in filters.decoder.items():
         decoder_keep &= _column_mask(runs, column, patterns)
-    chosen = keep & (decoder_keep | runs["is_ar"].fillna(False).astype(bool))
+    is_ar = runs["is_ar"].fillna(False).astype(bool)
+    if filters.decoder:  # AR runs only as the baselines of the chosen decoders (or when asked for)
+        partners = set(runs.loc[keep & decoder_keep & ~is_ar, "pair_key"])
+        chosen = keep & (decoder_keep | (is_ar & runs["pair_key"].isin(partners)))
+    else:
+        chosen = keep
     if not (keep & decoder_keep).any():
         held = {c: sorted({str(v) for v in runs[c].dropna()}) for c in ("model", "data", "decoder") if c in runs}
         inventory = "; ".join(f"{c}: {', '.join(v[:12])}{' ...' if len(v) > 12 else ''}" for c, v in held.items())

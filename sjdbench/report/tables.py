@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sjdbench.report.pairing import geometric_mean_ci, per_prompt_ratios
+from sjdbench.report.pairing import find_baseline, geometric_mean_ci, per_prompt_ratios
 from sjdbench.report.spec import setting_name
 
 
@@ -338,8 +338,6 @@ def category_tables(runs: pd.DataFrame, samples: pd.DataFrame, group: tuple[str,
 
 
 def _baseline_id(run: pd.Series, runs: pd.DataFrame) -> str | None:
-    from sjdbench.report.pairing import find_baseline
-
     baseline = find_baseline(run, runs)
     return None if baseline is None else baseline["run_id"]
 
