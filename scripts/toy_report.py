@@ -1,8 +1,8 @@
 """Regenerate the toy report the README shows, in one command: `make report-toy`.
 
-1. sweeps on the toy model (16 held-out captions): every decoder preset at W = 16, the window,
-   growth-steps and fusion ablations (the AR baseline is added by the sweeps); finished runs are
-   reused, so re-running only fills what is missing;
+1. sweeps on the toy model (8 held-out captions; --limit 16 for tighter CIs): every preset at
+   W = 16, the window, growth-steps and fusion ablations (the AR baseline is added by the sweeps);
+   finished runs are reused, so re-running only fills what is missing;
 2. quality scores: `sjdbench eval` on every run when that command exists; otherwise an interim toy
    CLIP-Score per run (100 * max(cos, 0) under the embedded toy CLIP, bootstrap CI over prompts,
    paired difference to AR), marked `interim` in its protocol and deleted once `sjdbench eval` exists;
@@ -11,7 +11,9 @@
    quality-vs-speed figures copied to docs/report/, and a headless-Chromium screenshot of
    report.html at docs/report_screenshot.png (skipped with a note when Chromium is missing).
 
-    python scripts/toy_report.py [--results results/toy-report] [--limit 16] [--no-readme]
+    python scripts/toy_report.py [--results results/toy-report] [--limit 8] [--no-readme]
+
+On a machine shared with other jobs, OMP_NUM_THREADS=1 keeps each decode from oversubscribing the cores.
 """
 from __future__ import annotations
 
@@ -121,7 +123,7 @@ def screenshot(html: Path, png: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="results/toy-report", help="results directory for the toy runs")
-    parser.add_argument("--limit", type=int, default=16, help="toy captions per run")
+    parser.add_argument("--limit", type=int, default=8, help="toy captions per run")
     parser.add_argument("--no-readme", action="store_true", help="leave README.md and docs/ untouched")
     args = parser.parse_args()
     results = (REPO / args.results).resolve()

@@ -61,7 +61,7 @@ def notes(runs: pd.DataFrame) -> list[str]:
         f"({'/'.join(map(str, per_prompt))} per prompt); seed {joined('seed')}",
         f"sampling: {joined('env.sampling')}",
         f"hardware: {' / '.join(hw)}; dtype {joined('env.dtype')}; torch {joined('env.torch')}, "
-        f"{joined('env.torch_threads')} threads",
+        f"torch threads {joined('env.torch_threads')}",
         f"code: sjdbench {joined('env.sjdbench')}, commit {joined('env.git_commit', _short_commit)}",
         "speedup: geometric mean over prompts of paired AR/decoder latency ratios, 95 % percentile-bootstrap CI "
         f"({BOOTSTRAP_RESAMPLES:,} resamples of prompts); step compression = AR tokens / NFE",

@@ -153,7 +153,8 @@ def quality_metrics(scores: pd.DataFrame, run_ids) -> tuple[list[Metric], pd.Dat
 # -- building the frames --------------------------------------------------------------------------
 
 def with_numbers(runs: pd.DataFrame, pairings: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
-    frame = runs.merge(pairings.drop(columns=[c for c in ("ar_run_id",) if c in runs]), on="run_id", how="left")
+    """Runs with their speedup (pairing columns) and quality scores (quality_metrics' frame)."""
+    frame = runs.merge(pairings, on="run_id", how="left")
     if not quality.empty:
         frame = frame.merge(quality, left_on="run_id", right_index=True, how="left")
     return frame
@@ -214,7 +215,7 @@ def _varying(runs: pd.DataFrame, columns: list[str]) -> list[str]:
 
 def _matches_reference(run: pd.Series, reference: dict, skip: str) -> bool:
     for column, value in reference.items():
-        if column == skip or not _present(run[column]) and not isinstance(run[column], str):
+        if column == skip or not _present_setting(run[column]):
             continue  # a knob the run does not read matches any reference value
         if _setting_text(run[column]) != value:
             return False
