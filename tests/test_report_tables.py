@@ -187,10 +187,14 @@ def test_warnings_for_busy_machines_and_timing_sessions(store, tmp_path):
             row["machine"] = {"load_1m": 3.0 if busy else 0.2, "cpus": 2, "torch_threads": 1, "busy": busy}
             row["timing"] = {"mode": "run", "session": session}
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary_path = root / "runs" / ids["vp"] / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary_path.write_text(json.dumps({**summary, "busy_samples": 2, "latency_trusted": False}))
     warnings = " ".join(report_of(root, tmp_path / "out").main[0].warnings)
     assert "sjd W=16: 5 of 5 latencies were taken on a busy machine" in warnings
     assert "sjd W=16 and its AR baseline were timed in different sessions" in warnings
-    assert "lantern W=16 and its AR" not in warnings
+    assert "sjd_vp W=16: its summary counts 2 latencies taken on a busy machine" in warnings
+    assert "lantern W=16 and its AR" not in warnings and "lantern W=16:" not in warnings
 
 
 def test_quality_scores_enter_the_main_table_with_their_ci(store, tmp_path):

@@ -180,17 +180,21 @@ def _bands(trajectories: list[list[float]], depth: int = TRACE_DEPTH) -> pd.Data
     return pd.DataFrame(rows, columns=["offset", "q25", "median", "q75", "n"])
 
 
-def trajectory_sets(run: pd.Series) -> tuple[dict[str, list[list[float]]], str]:
-    """{"accepted": [...], "rejected": [...]} from the run's draft traces (drafts seen in at least two
-    iterations), or {"committed": [...]} from the sample rows' trajectories when it has none."""
+def trajectory_sets(run: pd.Series) -> tuple[dict[str, list[list[float]]], str, int]:
+    """({"accepted": [...], "rejected": [...]}, "drafts", replays that missed the stored tokens) from
+    the run's draft traces (drafts seen in at least two iterations), or ({"committed": [...]},
+    "committed", 0) from the sample rows' trajectories when it has none."""
     if run.get("has_draft_traces"):
         sets: dict[str, list[list[float]]] = {"accepted": [], "rejected": []}
+        missed = 0
         for row in load_draft_traces(run["run_dir"]):
+            missed += not row.get("matches_stored", False)
             for draft in row.get("drafts", []):
                 if len(draft["probs"]) >= 2:
                     sets["accepted" if draft["accepted"] else "rejected"].append(draft["probs"])
-        return sets, "drafts"
-    return {"committed": [t["probs"] for t in run.get("trajectories_rows", []) if len(t.get("probs", [])) >= 2]}, "committed"
+        return sets, "drafts", missed
+    committed = [t["probs"] for t in run.get("trajectories_rows", []) if len(t.get("probs", [])) >= 2]
+    return {"committed": committed}, "committed", 0
 
 
 def fig_trajectories(main: pd.DataFrame, samples: pd.DataFrame, max_panels: int = 9) -> Plot | str:
@@ -202,13 +206,14 @@ def fig_trajectories(main: pd.DataFrame, samples: pd.DataFrame, max_panels: int 
         return "no sampled decoder in this table"
     traced = decoders[decoders["has_draft_traces"].astype(bool)]
     chosen = traced if not traced.empty else decoders
-    panels = []
+    panels, missed = [], 0
     for _, run in chosen.iterrows():
         if traced.empty and "trajectories" in samples:
             rows = samples.loc[samples["run_id"] == run["run_id"], "trajectories"]
             run = run.copy()
             run["trajectories_rows"] = [t for value in rows if isinstance(value, list) for t in value]
-        sets, kind = trajectory_sets(run)
+        sets, kind, run_missed = trajectory_sets(run)
+        missed += run_missed
         bands = {name: _bands(values) for name, values in sets.items()}
         if any(not b.empty for b in bands.values()):
             panels.append((run["decoder"], bands, {k: len(v) for k, v in sets.items()}, kind))
@@ -237,6 +242,9 @@ def fig_trajectories(main: pd.DataFrame, samples: pd.DataFrame, max_panels: int 
         caption = ("Probability of each verified draft's token at its position over the iterations before its "
                    "verification (0 = the verifying iteration), accepted vs rejected drafts seen in at least two "
                    "iterations: median and quartile band.")
+        if missed:
+            caption += (f" {missed} replayed sample(s) did not reproduce the stored tokens (another device or "
+                        "nondeterministic kernels): their drafts are of a fresh sample of the same decoder.")
     else:
         caption = ("Probability of each committed token at its position over the iterations before its commit "
                    "(median and quartile band). Accepted-vs-rejected draft trajectories need draft traces: "

@@ -97,11 +97,16 @@ def timing_warnings(runs: pd.DataFrame, samples: pd.DataFrame, pairings: pd.Data
             total = int((own["run_id"] == run_id).sum())
             out.append(f"warning: {labels.get(run_id, run_id)}: {count} of {total} latencies were taken on a busy "
                        "machine (load above the cores available); its speedup is unreliable")
-    if "latency_trusted" in runs:
-        untrusted = runs[runs["latency_trusted"].eq(False)]
-        for run_id in untrusted["run_id"]:
-            if not any(labels.get(run_id, run_id) in line for line in out):
-                out.append(f"warning: {labels.get(run_id, run_id)}: its summary marks latencies as untrusted")
+    warned = {run_id for run_id in labels if any(f"{labels[run_id]}:" in line for line in out)}
+    for _, run in runs.iterrows():  # summaries that say so, for rows without machine state
+        busy = run.get("busy_samples")
+        if run["run_id"] in warned:
+            continue
+        if pd.notna(busy) and busy and busy > 0:
+            out.append(f"warning: {labels[run['run_id']]}: its summary counts {int(busy)} latencies taken on a busy "
+                       "machine; its speedup is unreliable")
+        elif run.get("latency_trusted") is False:
+            out.append(f"warning: {labels[run['run_id']]}: its summary marks its latencies as untrusted")
     sessions = own.groupby("run_id")["timing.session"].agg(lambda s: set(s.dropna())) if "timing.session" in own else None
     separately_timed = []
     for pairing in pairings.itertuples(index=False):
