@@ -293,13 +293,17 @@ def fig_quality_vs_speed(numbers: pd.DataFrame, metrics: list) -> Plot | str:
             edge = {"AR": "black", "lossless": "tab:blue", "lossy": "tab:orange"}[kind]
             ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, ms=11 if kind == "AR" else 7, mfc=face, mec=edge,
                         ecolor=edge, capsize=2, lw=0.8, label=kind)
+            if kind == "AR":  # reference lines through AR: read each decoder against them
+                ax.axhline(y[0], color="black", lw=0.7, ls=":")
+                ax.axvline(1.0, color="black", lw=0.7, ls=":")
+                continue
             for xi, yi, label in zip(x, y, members["decoder"]):
                 ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7)
         _finish(ax, "latency speedup over AR (95 % CI)", f"{metric.header} {metric.arrow} (95 % CI)")
     figure.tight_layout()
     return Plot("quality_vs_speed", "Quality vs speed",
-                "Image quality against latency speedup; bars are 95 % CIs. Star: AR; filled circles: lossless "
-                "decoders; open triangles: lossy decoders.", figure)
+                "Image quality against latency speedup; bars are 95 % CIs. Star and dotted lines: AR; filled "
+                "circles: lossless decoders; open triangles: lossy decoders.", figure)
 
 
 def _err(frame: pd.DataFrame, key: str, centre: np.ndarray) -> np.ndarray | None:
