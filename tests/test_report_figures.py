@@ -58,8 +58,10 @@ def test_per_decoder_figures_have_one_series_per_main_decoder(frames):
 def test_trajectories_fall_back_to_committed_tokens_without_draft_traces(frames):
     _, _, store, _, main, _ = frames
     plot = figs.fig_trajectories(main, store.samples)
+    titles = [ax.get_title() for ax in plot.figure.axes if ax.get_title()]
     panels = [labels for labels in legend(plot) if labels]
-    assert len(panels) == 3 and all(labels == ["committed (n=15)"] for labels in panels)
+    assert len(panels) == 3 and all(labels == ["committed"] for labels in panels)
+    assert titles == ["sjd  (15 committed)", "sjd_vp  (15 committed)", "lantern  (15 committed)"]
     assert "--trace-drafts" in plot.caption
 
 
@@ -73,7 +75,8 @@ def test_trajectories_accepted_vs_rejected_from_draft_traces(frames, tmp_path):
                                                             "drafts": drafts}) + "\n")
     try:
         plot = figs.fig_trajectories(traced, store.samples)
-        assert [labels for labels in legend(plot) if labels] == [["accepted (n=20)", "rejected (n=10)"]]
+        assert [ax.get_title() for ax in plot.figure.axes if ax.get_title()] == ["sjd  (20 accepted, 10 rejected)"]
+        assert [labels for labels in legend(plot) if labels] == [["accepted", "rejected"]]
         bands = figs._bands([d["probs"] for d in drafts if d["accepted"]])
         assert bands["offset"].tolist() == [0, -1, -2] and bands["median"].iloc[0] == 0.5
     finally:

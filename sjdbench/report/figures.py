@@ -230,14 +230,17 @@ def fig_trajectories(main: pd.DataFrame, samples: pd.DataFrame, max_panels: int 
             if band.empty:
                 continue
             ax.fill_between(band["offset"], band["q25"], band["q75"], color=style[name], alpha=0.2, lw=0)
-            ax.plot(band["offset"], band["median"], marker="o", color=style[name], label=f"{name} (n={counts[name]})")
-        ax.set_title(label, fontsize=10)
+            ax.plot(band["offset"], band["median"], marker="o", color=style[name], label=name)
+        ax.set_title(f"{label}  ({', '.join(f'{n} {k}' for k, n in counts.items())})", fontsize=9)
         ax.set_ylim(0, 1)
         _finish(ax, "iterations before verification" if kind == "drafts" else "iterations before commit",
-                "p(token) at its position")
+                "p(token) at its position", legend=False)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    figure.tight_layout()
+    handles, labels = axes.flat[0].get_legend_handles_labels()  # one legend for all panels, above them
+    figure.legend(handles, [f"{l}: median, quartile band" for l in labels], loc="upper center", ncol=len(labels),
+                  frameon=False, fontsize=9)
+    figure.tight_layout(rect=(0, 0, 1, 0.96 if rows > 1 else 0.9))
     if kind == "drafts":
         caption = ("Probability of each verified draft's token at its position over the iterations before its "
                    "verification (0 = the verifying iteration), accepted vs rejected drafts seen in at least two "
