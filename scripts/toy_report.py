@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -127,7 +128,8 @@ def main() -> None:
     parser.add_argument("--no-readme", action="store_true", help="leave README.md and docs/ untouched")
     args = parser.parse_args()
     results = (REPO / args.results).resolve()
-    common = ["model=toy", "data=toy", f"data.limit={args.limit}", f"results_dir={results}"]
+    shown = os.path.relpath(results, REPO)  # commands run in the repository: the page shows short paths
+    common = ["model=toy", "data=toy", f"data.limit={args.limit}", f"results_dir={shown}"]
     for preset in SWEEPS:
         sjdbench("sweep", preset, *common)
     if has_eval():
@@ -137,7 +139,8 @@ def main() -> None:
     else:
         interim_clip_scores(results)
     out = results / "report"
-    sjdbench("report", "model=toy", "data=toy", f"results_dir={results}", "--trace-drafts", "4", "--out", str(out))
+    sjdbench("report", "model=toy", "data=toy", f"results_dir={shown}", "--trace-drafts", "4", "--out",
+             os.path.relpath(out, REPO))
     if args.no_readme:
         return
     figures = out / "figures" / "toy-toy"
