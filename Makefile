@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test test-all bench clean
+.PHONY: install test test-all bench report-toy clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ test-all: $(BIN)/python
 
 bench: $(BIN)/python
 	$(BIN)/python benchmarks/bench_decoders.py
+
+report-toy: $(BIN)/python  # toy sweeps + scores + `sjdbench report`; refreshes the README's table and figures
+	$(BIN)/python scripts/toy_report.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

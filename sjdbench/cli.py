@@ -207,6 +207,15 @@ def list_choices(group: Optional[str] = typer.Argument(None, help="A config grou
         fail(str(error))
 
 
+def _mount_report() -> None:
+    from sjdbench.cli_report import report
+
+    app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(report)
+
+
+_mount_report()
+
+
 def _mount_optional() -> None:
     try:
         from sjdbench.toy_cli import toy_app

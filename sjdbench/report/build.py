@@ -1,0 +1,224 @@
+"""`sjdbench report`: from the results store to tables, figures, Parquet and one HTML page.
+
+    load (store -> frames) -> select (filters) -> pair (speedups) -> per model x data set:
+    tables (main, ablations, per category, quality) + figures -> files in --out
+
+Files: main.{md,tex,csv}, ablations.*, quality.*, categories.* (when there is something to put in
+them), runs.parquet, samples.parquet, figures/<model>-<data>/*.{png,svg}, report.html and
+provenance.json. Every file is written atomically; the report never writes into the store except
+draft traces, when asked for (--trace-drafts).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from sjdbench.errors import UserError
+from sjdbench.report import figures as figs
+from sjdbench.report.html import FigureEntry, Section, page
+from sjdbench.report.load import load_runs, load_samples, load_scores
+from sjdbench.report.pairing import pair_all
+from sjdbench.report.provenance import mixing_warnings, notes, timing_warnings, unused_runs
+from sjdbench.report.render import to_csv, to_latex, to_markdown
+from sjdbench.report.select import Filters, parse_filters, select_runs
+from sjdbench.report.tables import (Table, ablation_tables, category_tables, main_run_ids, main_table, quality_metrics,
+                                    quality_tables, slug, with_numbers)
+from sjdbench.store import atomic_write_bytes, atomic_write_json, atomic_write_text
+
+
+LOSSLESS_NOTE = ("lossless: built only from parts that keep AR's distribution (exact or greedy verifier; resample, "
+                 "exact coupling or VP with its fused reference as proposal; any init)")
+
+
+@dataclass
+class Report:
+    out: Path
+    main: list[Table] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # tables, data and the page
+    figures: list[Path] = field(default_factory=list)
+    unused: list[str] = field(default_factory=list)  # incomplete / legacy runs, one line each
+    skipped: list[str] = field(default_factory=list)  # tables and figures with nothing to show, and why
+    warnings: list[str] = field(default_factory=list)
+
+
+def _annotate(table: Table, runs: pd.DataFrame, samples: pd.DataFrame, pairings: pd.DataFrame) -> Table:
+    """Provenance and warnings computed from exactly the runs behind the table's rows."""
+    ids = set(table.frame["run_id"]) if "run_id" in table.frame else set(runs["run_id"])
+    own = runs[runs["run_id"].isin(ids)]
+    table.notes = notes(own) + ([LOSSLESS_NOTE] if "lossless" in table.labels else [])
+    table.warnings = mixing_warnings(own) + timing_warnings(own, samples, pairings[pairings["run_id"].isin(ids)])
+    return table
+
+
+def trace_drafts(runs: pd.DataFrame, prompts: int, progress: Callable[[str], None]) -> list[str]:
+    """Record draft traces for the complete sampled decoder runs that have none; lines for the ones
+    that cannot be traced here."""
+    from sjdbench.report.draft_traces import record_run
+
+    problems = []
+    todo = runs[(runs["status"] == "complete") & ~runs["is_ar"].astype(bool) & ~runs["greedy"].astype(bool)
+                & ~runs["has_draft_traces"].astype(bool)]
+    for _, run in todo.iterrows():
+        try:
+            record_run(Path(run["run_dir"]), prompts, progress)
+        except UserError as error:
+            problems.append(f"no draft traces for {run['run_id']}: {error}")
+    return problems
+
+
+def _arrow_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """Columns pyarrow cannot type (dicts, mixed kinds) become JSON text; number lists stay lists."""
+    import pyarrow as pa
+
+    out = frame.copy()
+    for column in out.columns:
+        if out[column].dtype != object:
+            continue
+        try:
+            pa.array(out[column].tolist())
+            if out[column].map(lambda v: isinstance(v, dict)).any():
+                raise pa.ArrowInvalid("dicts")
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+            out[column] = out[column].map(lambda v: None if v is None else json.dumps(v, sort_keys=True, default=str))
+    return out
+
+
+def _parquet(frame: pd.DataFrame, path: Path) -> Path:
+    import io
+
+    buffer = io.BytesIO()
+    _arrow_safe(frame).to_parquet(buffer, engine="pyarrow", index=False)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+@dataclass
+class Collected:
+    """The store as the report sees it: the selected runs (every status), the complete ones, their
+    sample rows, score files and AR pairings."""
+
+    selected: pd.DataFrame
+    runs: pd.DataFrame
+    samples_all: pd.DataFrame
+    samples: pd.DataFrame
+    scores: pd.DataFrame
+    pairings: pd.DataFrame
+
+
+def collect(filters: Filters) -> Collected:
+    selected = select_runs(load_runs(filters.root), filters)
+    runs = selected[selected["status"] == "complete"].reset_index(drop=True)
+    if runs.empty:
+        raise UserError(f"the runs matching {filters.describe()} are all incomplete ({len(selected)}); finish them "
+                        "by re-running their commands")
+    samples_all = load_samples(selected)
+    samples = samples_all[samples_all["run_id"].isin(runs["run_id"])]
+    return Collected(selected, runs, samples_all, samples, load_scores(runs), pair_all(runs, samples))
+
+
+def build_report(words: list[str], out: Path | None = None, every_run: bool = False, trace: int = 0,
+                 progress: Callable[[str], None] | None = None, figures: bool = True) -> Report:
+    filters = parse_filters(words)
+    out = Path(out) if out else filters.root / "report"
+    progress = progress or (lambda line: None)
+    warnings = []
+    if trace > 0:
+        warnings = trace_drafts(select_runs(load_runs(filters.root), filters), trace, progress)
+    store = collect(filters)
+    selected, runs, samples_all, samples = store.selected, store.runs, store.samples_all, store.samples
+    scores, pairings = store.scores, store.pairings
+    report = Report(out, unused=unused_runs(selected), warnings=warnings)
+
+    written: dict[str, list[Table]] = {"main": [], "ablations": [], "quality": [], "categories": []}
+    sections = []
+    for (model, data), group in runs.groupby(["model", "data"], sort=True):
+        sections.append(_section(report, str(model), str(data), group.reset_index(drop=True), samples, scores,
+                                 pairings, written, every_run, figures))
+    report.main = written["main"]
+
+    for name, tables in written.items():
+        if tables:
+            report.files.append(_write(out / f"{name}.md", "".join(to_markdown(t) + "\n" for t in tables)))
+            report.files.append(_write(out / f"{name}.tex", _latex_document(tables)))
+            report.files.append(_write(out / f"{name}.csv", to_csv(tables)))
+        elif name == "categories":
+            report.skipped.append("per-category tables: no sample row carries a Parti Category/Challenge "
+                                  "(run data=parti to get them)")
+    numbers = selected.merge(pairings, on="run_id", how="left")
+    report.files.append(_parquet(numbers, out / "runs.parquet"))
+    report.files.append(_parquet(samples_all, out / "samples.parquet"))
+    provenance = {"generated": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                  "results_dir": str(filters.root), "filters": filters.describe(),
+                  "runs": sorted(runs["run_id"]), "not_used": report.unused, "warnings": report.warnings,
+                  "tables": {t.name: {"notes": t.notes, "warnings": t.warnings} for ts in written.values() for t in ts}}
+    atomic_write_json(out / "provenance.json", provenance)
+    report.files.append(out / "provenance.json")
+    html_path = out / "report.html"
+    header = [f"sjdbench report of {len(runs)} complete runs in {filters.root}, selected by {filters.describe()}; "
+              f"generated {provenance['generated']}"]
+    listed = [str(p.relative_to(out)) for p in report.files] + ["report.html"]
+    atomic_write_text(html_path, page("sjdbench report", header, report.warnings, report.unused, sections, listed))
+    report.files.append(html_path)
+    return report
+
+
+def _section(report: Report, model: str, data: str, group: pd.DataFrame, samples: pd.DataFrame, scores: pd.DataFrame,
+             pairings: pd.DataFrame, written: dict, every_run: bool, figures: bool) -> Section:
+    key = (model, data)
+    main = _annotate(main_table(group, pairings, scores, key, every_run), group, samples, pairings)
+    ablations = [_annotate(t, group, samples, pairings) for t in ablation_tables(group, pairings, scores, key)]
+    categories = [_annotate(t, group, samples, pairings) for t in category_tables(group, samples, key)]
+    quality = [_annotate(t, group, samples, pairings) for t in quality_tables(group, scores, key)]
+    written["main"].append(main)
+    written["ablations"] += ablations
+    written["categories"] += categories
+    written["quality"] += quality
+
+    if not figures:
+        return Section(f"{model} on {data}", [main], [], ablations, categories, quality, [])
+    q_metrics, quality_frame = quality_metrics(scores, group["run_id"])
+    numbers = with_numbers(group, pairings, quality_frame)
+    main_numbers = main.frame
+    own_samples = samples[samples["run_id"].isin(group["run_id"])]
+    plots = [
+        figs.fig_quality_vs_speed(numbers[numbers["run_id"].isin(main_run_ids(group)) | numbers["is_ar"]], q_metrics),
+        figs.fig_trajectories(main_numbers, own_samples),
+        figs.fig_speedup_vs_window(group, numbers),
+        figs.fig_nfe_vs_growth_steps(group, numbers),
+        figs.fig_acceptance_by_position(main_numbers),
+        figs.fig_accepted_length_hist(main_numbers),
+        figs.fig_growth(main_numbers),
+        figs.fig_image_grid(main_numbers, own_samples),
+    ]
+    names = ["quality vs speed", "trajectories", "speedup vs W", "NFE vs N", "acceptance by position",
+             "accepted lengths", "growth", "image grid"]
+    directory = report.out / "figures" / f"{slug(model)}-{slug(data)}"
+    entries, skipped, figure_files = [], [], []
+    for name, plot in zip(names, plots):
+        if isinstance(plot, str):
+            skipped.append(f"figure '{name}' for {model} on {data} skipped: {plot}")
+            continue
+        wide = plot.figure.get_size_inches()[0] > 8  # multi-panel figures and grids span the page
+        paths = figs.write_plot(plot, directory)
+        figure_files += paths
+        relative = [str(p.relative_to(report.out)) for p in paths]
+        entries.append(FigureEntry(plot.title, plot.caption, relative[0], relative[1:], wide))
+    report.skipped += skipped
+    report.figures += figure_files
+    return Section(f"{model} on {data}", [main], entries, ablations, categories, quality, skipped)
+
+
+def _write(path: Path, text: str) -> Path:
+    atomic_write_text(path, text)
+    return path
+
+
+def _latex_document(tables: list[Table]) -> str:
+    """Table environments only (to \\input into a paper that loads booktabs)."""
+    head = "% generated by sjdbench report; needs \\usepackage{booktabs}\n"
+    return head + "\n".join(to_latex(t) for t in tables)

@@ -1,0 +1,366 @@
+"""The report's figures, one function each, on matplotlib's headless Agg backend.
+
+Each `fig_*` function takes the frames of one model x data set and returns a `Plot` (the figure
+plus its caption) or a one-line reason why there is nothing to draw. Every series carries a legend
+label (helper lines and bands are unlabelled), so a figure's series can be counted from its legend.
+`write_plot` saves PNG and SVG (image grids: PNG only) and closes the figure.
+"""
+from __future__ import annotations
+
+import io
+import re
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: no display, no GUI toolkit
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from sjdbench.report.load import load_draft_traces  # noqa: E402
+from sjdbench.store import atomic_write_bytes  # noqa: E402
+
+TRACE_DEPTH = 8  # iterations before verification shown in trajectory plots
+MIN_TRACES = 5  # fewer drafts than this at an iteration: not drawn (quartiles of 3 points mislead)
+
+
+@dataclass
+class Plot:
+    name: str  # file stem
+    title: str
+    caption: str
+    figure: "plt.Figure"
+    formats: tuple[str, ...] = ("png", "svg")
+
+
+def colours(labels) -> dict[str, tuple]:
+    """One colour per decoder label, stable across a report's figures."""
+    cmap = plt.get_cmap("tab10" if len(set(labels)) <= 10 else "tab20")
+    return {label: cmap(i % cmap.N) for i, label in enumerate(sorted(set(labels)))}
+
+
+def series_name(run: pd.Series, drop: str) -> str:
+    """The run's label without one setting (the plotted axis): 'sjd_vp(N=2,λ=.25)' minus N."""
+    label = re.sub(rf"(?<=[(,]){re.escape(drop)}=[^,)]+,?", "", str(run["decoder"]))
+    return label.replace(",)", ")").replace("()", "")
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
+
+
+def _decoders(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs[~runs["is_ar"].astype(bool)]
+
+
+def _finish(ax, xlabel: str, ylabel: str, legend: bool = True) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    handles = ax.get_legend_handles_labels()[0]
+    if legend and len(handles) > 5:  # many series: beside the axes, not over the data
+        ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    elif legend and handles:
+        ax.legend(fontsize=8, frameon=False)
+
+
+def _against(runs: pd.DataFrame, axis: str, drop: str) -> dict[str, pd.DataFrame]:
+    """Series of runs that differ only in `axis` (a spec column): series name -> runs sorted by it;
+    only series with at least two values of the axis."""
+    decoders = _decoders(runs).dropna(subset=[axis])
+    if decoders.empty:
+        return {}
+    others = [c for c in decoders.columns if c.startswith("spec.") and c != axis]
+    text = decoders[others].apply(lambda column: column.map(lambda v: "" if _missing(v) else str(v)))
+    keys = text.agg("|".join, axis=1) + "|" + decoders["chain"]
+    series = {}
+    for _, members in decoders.groupby(keys):
+        if members[axis].nunique() < 2:
+            continue
+        name = series_name(members.iloc[0], drop)
+        if axis != "spec.window" and decoders["window"].nunique() > 1:
+            name += f" W={members.iloc[0]['window']}"
+        series[name] = members.sort_values(axis)
+    return series
+
+
+def fig_speedup_vs_window(runs: pd.DataFrame, numbers: pd.DataFrame) -> Plot | str:
+    """Speedup (with CI) and step compression against W, one line per decoder."""
+    series = _against(numbers, "spec.window", "W")
+    if not series:
+        return "no decoder was run at two or more windows W"
+    palette = colours(series)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, members in series.items():
+        windows = members["window"].astype(int).to_numpy()
+        speed = members["speedup"].astype(float).to_numpy()
+        lo = members["speedup_lo"].astype(float).fillna(members["speedup"]).to_numpy()
+        hi = members["speedup_hi"].astype(float).fillna(members["speedup"]).to_numpy()
+        left.errorbar(windows, speed, yerr=[speed - lo, hi - speed], marker="o", capsize=3, color=palette[name], label=name)
+        right.plot(windows, members["step_compression"].astype(float), marker="o", color=palette[name], label=name)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({int(w) for m in series.values() for w in m["window"]}))
+        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    left.axhline(1.0, color="grey", lw=0.8, ls="--")
+    _finish(left, "window W", "latency speedup over AR (95 % CI)")
+    _finish(right, "window W", "step compression (AR tokens / NFE)", legend=False)
+    figure.tight_layout()
+    return Plot("speedup_vs_window", "Speedup and step compression vs window",
+                "Latency speedup (geometric mean of paired per-prompt ratios, 95 % bootstrap CI) and step "
+                "compression against the window W.", figure)
+
+
+def fig_nfe_vs_growth_steps(runs: pd.DataFrame, numbers: pd.DataFrame) -> Plot | str:
+    series = _against(numbers, "spec.growth.steps", "N")
+    if not series:
+        return "no decoder was run at two or more growth steps N"
+    palette = colours(series)
+    figure, ax = plt.subplots(figsize=(6, 4))
+    for name, members in series.items():
+        ax.plot(members["spec.growth.steps"].astype(int), members["nfe_mean"].astype(float), marker="o",
+                color=palette[name], label=name)
+    ax.set_xticks(sorted({int(n) for m in series.values() for n in m["spec.growth.steps"]}))
+    _finish(ax, "consecutive-growth steps N", "NFE per image (mean)")
+    figure.tight_layout()
+    return Plot("nfe_vs_growth_steps", "NFE vs growth steps N",
+                "Mean NFE per image against the consecutive-growth steps N (the mask VP fuses and the statistics use).",
+                figure)
+
+
+def fig_acceptance_by_position(main: pd.DataFrame) -> Plot | str:
+    decoders = _decoders(main)
+    decoders = decoders[decoders["slot_acceptance"].map(lambda v: isinstance(v, (list, np.ndarray)) and len(v) > 0)]
+    if decoders.empty:
+        return "no decoder run records acceptance per window position"
+    palette = colours(decoders["decoder"])
+    figure, ax = plt.subplots(figsize=(7, 4))
+    for _, run in decoders.iterrows():
+        rates = np.array([np.nan if v is None else v for v in run["slot_acceptance"]], dtype=float)
+        ax.plot(np.arange(1, rates.size + 1), rates, marker=".", color=palette[run["decoder"]], label=run["decoder"])
+    ax.set_ylim(0, 1.02)
+    _finish(ax, "draft position in the window (1 = first draft)", "acceptance rate")
+    figure.tight_layout()
+    return Plot("acceptance_by_position", "Acceptance by window position",
+                "Share of verified drafts accepted at each position of the window (pooled over samples).", figure)
+
+
+def fig_accepted_length_hist(main: pd.DataFrame) -> Plot | str:
+    decoders = _decoders(main)
+    decoders = decoders[decoders["accept_len_hist"].map(lambda v: isinstance(v, (list, np.ndarray)) and sum(v) > 0)]
+    if decoders.empty:
+        return "no decoder run records accepted lengths"
+    palette = colours(decoders["decoder"])
+    figure, ax = plt.subplots(figsize=(7, 4))
+    for _, run in decoders.iterrows():
+        counts = np.asarray(run["accept_len_hist"], dtype=float)
+        share = counts / counts.sum()
+        lengths = np.arange(counts.size)
+        keep = (lengths >= 1) & (counts > 0)  # log axis: empty bins are left out, not drawn at -inf
+        ax.plot(lengths[keep], share[keep], marker="o", ms=3, lw=1, color=palette[run["decoder"]], label=run["decoder"])
+    ax.set_yscale("log")
+    _finish(ax, "tokens committed in one iteration", "share of iterations")
+    figure.tight_layout()
+    return Plot("accepted_length_hist", "Accepted lengths",
+                "Distribution of tokens committed per Jacobi iteration (accepted drafts plus the emitted token).", figure)
+
+
+def _bands(trajectories: list[list[float]], depth: int = TRACE_DEPTH) -> pd.DataFrame:
+    """Median and quartiles of p(token) k iterations before verification (k = 0 .. depth-1)."""
+    rows = []
+    for k in range(depth):
+        values = [t[-1 - k] for t in trajectories if len(t) > k]
+        if len(values) >= MIN_TRACES:
+            q25, q50, q75 = np.quantile(values, [0.25, 0.5, 0.75])
+            rows.append({"offset": -k, "q25": q25, "median": q50, "q75": q75, "n": len(values)})
+    return pd.DataFrame(rows, columns=["offset", "q25", "median", "q75", "n"])
+
+
+def trajectory_sets(run: pd.Series) -> tuple[dict[str, list[list[float]]], str, int]:
+    """({"accepted": [...], "rejected": [...]}, "drafts", replays that missed the stored tokens) from
+    the run's draft traces (drafts seen in at least two iterations), or ({"committed": [...]},
+    "committed", 0) from the sample rows' trajectories when it has none."""
+    if run.get("has_draft_traces"):
+        sets: dict[str, list[list[float]]] = {"accepted": [], "rejected": []}
+        missed = 0
+        for row in load_draft_traces(run["run_dir"]):
+            missed += not row.get("matches_stored", False)
+            for draft in row.get("drafts", []):
+                if len(draft["probs"]) >= 2:
+                    sets["accepted" if draft["accepted"] else "rejected"].append(draft["probs"])
+        return sets, "drafts", missed
+    committed = [t["probs"] for t in run.get("trajectories_rows", []) if len(t.get("probs", [])) >= 2]
+    return {"committed": committed}, "committed", 0
+
+
+def fig_trajectories(main: pd.DataFrame, samples: pd.DataFrame, max_panels: int = 9) -> Plot | str:
+    """Probability of a draft's token at its position over the iterations before it was verified:
+    accepted vs rejected drafts (median and quartile band), one panel per decoder."""
+    decoders = _decoders(main)
+    decoders = decoders[~decoders["greedy"].astype(bool)]  # greedy: one-hot probabilities, nothing to see
+    if decoders.empty:
+        return "no sampled decoder in this table"
+    traced = decoders[decoders["has_draft_traces"].astype(bool)]
+    chosen = traced if not traced.empty else decoders
+    panels, missed = [], 0
+    for _, run in chosen.iterrows():
+        if traced.empty and "trajectories" in samples:
+            rows = samples.loc[samples["run_id"] == run["run_id"], "trajectories"]
+            run = run.copy()
+            run["trajectories_rows"] = [t for value in rows if isinstance(value, list) for t in value]
+        sets, kind, run_missed = trajectory_sets(run)
+        missed += run_missed
+        bands = {name: _bands(values) for name, values in sets.items()}
+        if any(not b.empty for b in bands.values()):
+            panels.append((run["decoder"], bands, {k: len(v) for k, v in sets.items()}, kind))
+    if not panels:
+        return "no recorded probability trajectories long enough to plot"
+    panels = panels[:max_panels]
+    kind = panels[0][3]
+    cols = min(3, len(panels))
+    rows = int(np.ceil(len(panels) / cols))
+    figure, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False, sharey=True)
+    style = {"accepted": "tab:green", "rejected": "tab:red", "committed": "tab:blue"}
+    for ax, (label, bands, counts, _) in zip(axes.flat, panels):
+        for name, band in bands.items():
+            if band.empty:
+                continue
+            ax.fill_between(band["offset"], band["q25"], band["q75"], color=style[name], alpha=0.2, lw=0)
+            ax.plot(band["offset"], band["median"], marker="o", color=style[name], label=name)
+        ax.set_title(f"{label}  ({', '.join(f'{n} {k}' for k, n in counts.items())})", fontsize=9)
+        ax.set_ylim(0, 1)
+        _finish(ax, "iterations before verification" if kind == "drafts" else "iterations before commit",
+                "p(token) at its position", legend=False)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()  # one legend for all panels, above them
+    figure.legend(handles, [f"{l}: median, quartile band" for l in labels], loc="upper center", ncol=len(labels),
+                  frameon=False, fontsize=9)
+    figure.tight_layout(rect=(0, 0, 1, 0.96 if rows > 1 else 0.9))
+    if kind == "drafts":
+        caption = ("Probability of each verified draft's token at its position over the iterations before its "
+                   "verification (0 = the verifying iteration), accepted vs rejected drafts seen in at least two "
+                   "iterations: median and quartile band.")
+        if missed:
+            caption += (f" {missed} replayed sample(s) did not reproduce the stored tokens (another device or "
+                        "nondeterministic kernels): their drafts are of a fresh sample of the same decoder.")
+    else:
+        caption = ("Probability of each committed token at its position over the iterations before its commit "
+                   "(median and quartile band). Accepted-vs-rejected draft trajectories need draft traces: "
+                   "`sjdbench report --trace-drafts K`.")
+    return Plot("trajectories", "Probability trajectories", caption, figure)
+
+
+def fig_growth(main: pd.DataFrame) -> Plot | str:
+    decoders = _decoders(main).dropna(subset=["growth_share"], how="all")
+    decoders = decoders[~decoders["greedy"].astype(bool)]
+    if decoders.empty:
+        return "no sampled decoder records growth statistics"
+    figure, ax = plt.subplots(figsize=(max(6, 0.7 * len(decoders) + 2), 4))
+    x = np.arange(len(decoders))
+    ax.bar(x - 0.2, decoders["growth_share"].astype(float), width=0.4, label="growth share (accepted drafts that rose)")
+    ax.bar(x + 0.2, decoders["growth_precision"].astype(float), width=0.4, label="growth precision (rising drafts accepted)")
+    ax.set_xticks(x, decoders["decoder"], rotation=30, ha="right")
+    ax.set_ylim(0, 1)
+    _finish(ax, "", "share")
+    figure.tight_layout()
+    return Plot("growth", "Consecutive growth",
+                "Growth share: accepted drafts (with N+1 observations) whose probability rose over the last N "
+                "iterations; growth precision: share of rising drafts that were accepted.", figure)
+
+
+def fig_quality_vs_speed(numbers: pd.DataFrame, metrics: list) -> Plot | str:
+    """One panel per quality metric: value (CI) against speedup (CI); AR as a star at 1x, lossless
+    decoders as filled circles, lossy ones as open triangles."""
+    if not metrics:
+        return "no run of this table has quality scores (`sjdbench eval` writes them)"
+    figure, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 4.2), squeeze=False)
+    for ax, metric in zip(axes.flat, metrics):
+        scored = numbers.dropna(subset=[metric.key])
+        for kind, members in (("AR", scored[scored["is_ar"].astype(bool)]),
+                              ("lossless", scored[~scored["is_ar"].astype(bool) & scored["lossless"].astype(bool)]),
+                              ("lossy", scored[~scored["is_ar"].astype(bool) & ~scored["lossless"].astype(bool)])):
+            members = members.dropna(subset=["speedup"])
+            if members.empty:
+                continue
+            x = members["speedup"].astype(float).to_numpy()
+            y = members[metric.key].astype(float).to_numpy()
+            xerr = _err(members, "speedup", x)
+            yerr = _err(members, metric.key, y)
+            marker = {"AR": "*", "lossless": "o", "lossy": "^"}[kind]
+            face = {"AR": "black", "lossless": "tab:blue", "lossy": "none"}[kind]
+            edge = {"AR": "black", "lossless": "tab:blue", "lossy": "tab:orange"}[kind]
+            ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, ms=11 if kind == "AR" else 7, mfc=face, mec=edge,
+                        ecolor=edge, capsize=2, lw=0.8, label=kind)
+            if kind == "AR":  # reference lines through AR: read each decoder against them
+                ax.axhline(y[0], color="black", lw=0.7, ls=":")
+                ax.axvline(1.0, color="black", lw=0.7, ls=":")
+                continue
+            for xi, yi, label in zip(x, y, members["decoder"]):
+                ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        _finish(ax, "latency speedup over AR (95 % CI)", f"{metric.header} {metric.arrow} (95 % CI)")
+    figure.tight_layout()
+    return Plot("quality_vs_speed", "Quality vs speed",
+                "Image quality against latency speedup; bars are 95 % CIs. Star and dotted lines: AR; filled "
+                "circles: lossless decoders; open triangles: lossy decoders.", figure)
+
+
+def _err(frame: pd.DataFrame, key: str, centre: np.ndarray) -> np.ndarray | None:
+    if f"{key}_lo" not in frame:
+        return None
+    lo = frame[f"{key}_lo"].astype(float).to_numpy()
+    hi = frame[f"{key}_hi"].astype(float).to_numpy()
+    lo = np.where(np.isnan(lo), centre, lo)
+    hi = np.where(np.isnan(hi), centre, hi)
+    return np.vstack([np.clip(centre - lo, 0, None), np.clip(hi - centre, 0, None)])
+
+
+def fig_image_grid(main: pd.DataFrame, samples: pd.DataFrame, n_prompts: int = 6) -> Plot | str:
+    """The same prompts (columns) across decoders (rows, AR first), sample 0 of each."""
+    from PIL import Image
+
+    if "image" not in samples:
+        return "no stored images"
+    rows = samples[samples["run_id"].isin(main["run_id"]) & samples["image"].notna() & (samples["sample"] == 0)]
+    runs = [r for _, r in main.iterrows() if r["run_id"] in set(rows["run_id"])]
+    if not runs:
+        return "no stored images"
+    common = set.intersection(*(set(rows.loc[rows["run_id"] == r["run_id"], "prompt_id"]) for r in runs))
+    prompts = sorted(common)[:n_prompts]
+    if not prompts:
+        return "the runs share no prompt with a stored image"
+    figure, axes = plt.subplots(len(runs), len(prompts), figsize=(1.6 * len(prompts) + 1.2, 1.6 * len(runs) + 0.9),
+                                squeeze=False)
+    for i, run in enumerate(runs):
+        mine = rows[rows["run_id"] == run["run_id"]].set_index("prompt_id")
+        for j, prompt_id in enumerate(prompts):
+            ax = axes[i, j]
+            path = Path(run["run_dir"]) / mine.loc[prompt_id, "image"]
+            if path.exists():
+                ax.imshow(np.asarray(Image.open(path).convert("RGB")))
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                ax.set_title("\n".join(textwrap.wrap(str(mine.loc[prompt_id, "prompt"]), 26)[:4]), fontsize=6)
+            if j == 0:
+                ax.set_ylabel(run["decoder"], fontsize=8)
+    figure.tight_layout()
+    return Plot("image_grid", "Samples", "The same prompts and seeds across decoders (rows), sample 0.", figure,
+                formats=("png",))
+
+
+def write_plot(plot: Plot, directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for extension in plot.formats:
+        path = directory / f"{plot.name}.{extension}"
+        buffer = io.BytesIO()
+        plot.figure.savefig(buffer, format=extension, dpi=150 if extension == "png" else None, bbox_inches="tight")
+        atomic_write_bytes(path, buffer.getvalue())
+        paths.append(path)
+    plt.close(plot.figure)
+    return paths
