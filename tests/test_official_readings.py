@@ -441,7 +441,7 @@ def _draw_mc_sjd(reference: str, n: int, seed: int) -> dict:
     from collections import Counter
 
     from sjdbench.exactness import TabulatedAdapter
-    from tests.test_exactness import PROMPT, enumerable_adapter
+    from test_exactness import PROMPT, enumerable_adapter
 
     torch.set_num_threads(1)
     adapter = TabulatedAdapter(enumerable_adapter(), PROMPT)
@@ -463,7 +463,7 @@ def test_mc_sjd_official_reference_is_detected_as_lossy():
     from concurrent.futures import ProcessPoolExecutor
 
     from sjdbench.exactness import TabulatedAdapter, chi_square, exact_probabilities
-    from tests.test_exactness import P_PASS, PROMPT, enumerable_adapter
+    from test_exactness import P_PASS, PROMPT, enumerable_adapter
 
     adapter = TabulatedAdapter(enumerable_adapter(), PROMPT)
     exact = exact_probabilities(adapter, adapter.default_sampling)
