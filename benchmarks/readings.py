@@ -1,7 +1,7 @@
 """Our readings of the peer decoders vs the released code's: what each difference costs and buys.
 
-    python benchmarks/readings.py                        # both parts, 40,000 samples per decoder
-    python benchmarks/readings.py --samples 8000 --skip-toy
+    python benchmarks/readings.py --threads 1            # both parts, 40,000 samples per decoder
+    python benchmarks/readings.py --samples 8000 --skip-toy --only lantern
     python benchmarks/readings.py --skip-exact --prompts 16 --results results
 
 Part 1, exactness: on models small enough to enumerate every sequence (the exactness suite's model:
@@ -16,8 +16,8 @@ compression (AR tokens / NFE) and acceptance of each reading, through the runner
 the run of `sjdbench run model=toy data=toy data.limit=16 decoder=... <knobs>` and is resumed from
 `--results` when it exists.
 
-The machine's cores are shared in both parts only through wall time; every number printed is a
-count, not a timing.
+Every number printed is a count, not a timing, so a busy machine changes only how long it takes
+(`--threads 1` keeps the toy part from oversubscribing shared cores).
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import multiprocessing as mp
 import os
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -47,7 +47,6 @@ class Variant:
     model: str  # "suite" | "codes16"
     proposal: tuple = ("resample", ())
     verifier: tuple = ("exact", ())
-    knobs_note: str = ""
 
 
 GSD_KNOBS = (("p_thr", 0.15), ("d_thr", 10.0))  # every code pair within d_thr: groups form by rank and p
