@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from sjdbench.config import DataConfig, DecoderConfig, ModelConfig, RunConfig, SamplingOverrides, to_yaml, validate
+from sjdbench.decoding.verifiers.lantern import LEGACY_ZERO_ON
 from sjdbench.errors import UserError
 from sjdbench.identity import SCHEMA, family, label, run_id_for
 from sjdbench.store import atomic_write_json, atomic_write_text
@@ -63,6 +64,11 @@ def decoder_from_legacy(old: dict[str, Any]) -> DecoderConfig:
     verifier: dict[str, Any] = {"name": old.get("verifier", "exact")}
     if verifier["name"] in ("lantern", "gsd"):
         verifier.update(old.get(verifier["name"]) or {})
+    # schema-1 sjdbench had only our readings of the peer rules (today's defaults are the released ones)
+    if verifier["name"] == "gsd":
+        verifier["reading"] = "ours"
+    if verifier["name"] == "lantern":
+        verifier["reading"] = LEGACY_ZERO_ON[verifier.pop("zero_on", None) or "all"]
     return DecoderConfig(
         name=old.get("name", "sjd"), window=int(old.get("window", 16)), proposal=proposal, verifier=verifier,
         init={"name": old.get("init", "random")}, growth_steps=int(old.get("growth_steps", 3)),

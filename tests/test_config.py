@@ -149,7 +149,8 @@ def test_a_new_knob_rekeys_only_the_decoders_that_use_its_part(monkeypatch):
 def test_labels_name_the_knobs_that_differ_from_the_preset():
     assert label(compose_run(["decoder=sjd_vp"])) == "sjd_vp"
     assert label(compose_run(["decoder=sjd_vp", "decoder.growth_steps=2", "decoder.proposal.lam=0.25"])) == "sjd_vp(N=2,λ=.25)"
-    assert label(compose_run(["decoder=gsd", "decoder.verifier.group_size=25"])) == "gsd(G=25)"
+    assert label(compose_run(["decoder=gsd", "decoder.verifier.reading=ours", "decoder.verifier.group_size=25"])) \
+        == "gsd(reading=ours,G=25)"
     assert label(compose_run(["decoder=sjd_pp", "decoder/proposal=vp"])) == "sjd_pp+vp"
     assert label(compose_run(["decoder=sjd_vp", "decoder.proposal.inner=coupled"])) == "sjd_vp(inner=coupled)"
     assert label(compose_run(["decoder=lantern", "decoder.verifier.delta=0.2"])) == "lantern(δ=.2)"

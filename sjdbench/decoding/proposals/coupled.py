@@ -4,8 +4,21 @@ adaptive continuation).
 Past the first rejection every carried draft is tested again against its slot's new distribution p:
 it is kept with probability min(1, p(d)/q_old(d)), else replaced by a draw from norm([p - q_old]_+).
 The new draft is still distributed exactly as p, but equals the old one as often as any coupling
-allows, so the context of later slots stops changing and their verification passes. Reference
-q := p. Slots without a carried draft draw from p.
+allows, so the context of later slots stops changing and their verification passes. Slots without a
+carried draft (the window's last) draw from p.
+
+The loop hands this proposal every slot past the commit point, so every draft after the first
+rejection is coupled: the released MC-SJD code's loop that does not stop at the first rejection
+(junhyukso/SCD, `lumina1/scheduler/jacobi_iteration_lumina_mgpt_SCDMC.py`,
+`SpeculativeSampler.__call__`, its `break` commented out) does the same draws.
+
+`reference` — the distribution a draft is verified against next iteration:
+- `new_p` (default, exact): q := p for every slot, kept or replaced, because a coupled draft is
+  distributed as p.
+- `old_q` (the released MC-SJD code): a kept draft keeps its old reference q_old (the code stores the
+  draft's old distribution as the slot's score when the draft passes, and that score is the next
+  reference); a replaced one gets p. The next test min(1, p'(d)/q_old(d)) then uses a reference the
+  draft was not drawn from: lossy (measured in docs/READINGS.md).
 
 `tau` (not exact): the other reading of SJD++'s "reuse high-confidence drafts": keep d iff
 p(d)/q_old(d) >= tau, else draw from p.
@@ -21,31 +34,36 @@ from sjdbench.decoding.parts import Carried, PartConfig, ProposalContext
 from sjdbench.decoding.processing import residual, sample
 from sjdbench.errors import UserError
 
+REFERENCES = ("new_p", "old_q")
+
 
 @dataclass
 class CoupledConfig(PartConfig):
     tau: Optional[float] = None  # None: maximal coupling (exact); a number: keep-if-ratio>=tau (lossy)
+    reference: str = "new_p"  # new_p: q := p (exact) | old_q: a kept draft keeps q_old (released MC-SJD code)
 
     symbols = {"tau": "τ"}
 
     def check(self) -> None:
         if self.tau is not None and self.tau < 0:
             raise UserError(f"tau must be >= 0 (or null for the exact coupling), got {self.tau}")
+        if self.reference not in REFERENCES:
+            raise UserError(f"reference '{self.reference}' is unknown; choose one of: {', '.join(REFERENCES)}")
 
 
 class CoupledProposal:
     Config = CoupledConfig
     history_depth = 0  # iterations of probability history it reads
 
-    def __init__(self, tau: float | None = None) -> None:
-        self.tau = tau
+    def __init__(self, tau: float | None = None, reference: str = "new_p") -> None:
+        self.tau, self.reference = tau, reference
 
     @classmethod
     def build(cls, config: CoupledConfig, adapter=None) -> "CoupledProposal":
-        return cls(config.tau)
+        return cls(config.tau, config.reference)
 
     def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """p: (S, V); carried drafts (S,) with references (S, V) -> drafts (S,), references p."""
+        """p: (S, V); carried drafts (S,) with references (S, V) -> drafts (S,), references (S, V)."""
         old, old_q, has_old = carried.drafts, carried.refs, carried.has_old
         p_d = p.gather(-1, old[:, None]).squeeze(-1)  # (S,)
         q_d = old_q.gather(-1, old[:, None]).squeeze(-1)
@@ -56,4 +74,7 @@ class CoupledProposal:
         else:
             keep = (p_d >= self.tau * q_d) & has_old
             fallback = p
-        return torch.where(keep, old, sample(fallback, ctx.generator)), p
+        drafts = torch.where(keep, old, sample(fallback, ctx.generator))
+        if self.reference == "old_q":
+            return drafts, torch.where(keep[:, None], old_q, p)
+        return drafts, p

@@ -2,15 +2,37 @@
 
 Walk the draft x's k nearest VQ-codebook neighbours, nearest first, and take the longest prefix A
 with p(A) <= delta (or <= (delta - 1) p(x) when delta > 1, LANTERN++'s multiplicative bound); accept
-with min(1, (p(x) + p(A)) / q(x)). On rejection draw from norm([p - q']_+), where q' is q zeroed on
-x's k neighbours (`zero_on: all`, LANTERN's rule) or only on A (`zero_on: moved`).
-For a deterministic draft (one-hot q) the moved mass bounds the total-variation shift by delta per
-token; for a stochastic draft (a Jacobi resample) each draft can gain min(q(d), moved(d)), which may
-exceed delta.
+with min(1, (p(x) + p(A)) / q(x)). What a rejected slot emits, and the test's edge cases, follow one
+of four readings (`reading`):
+
+- `official_llamagen` (default): the rule of the released LlamaGen and Anole code (jadohu/LANTERN,
+  `models/ea_model_llamagen.py` and `models/ea_model_anole.py`, `evaluate_posterior_v1`, the path
+  that verifies against the drafter's distribution q). Accept iff q(x) > 0 and u q(x) <= p(x) + p(A)
+  (`<=`, not `<`). A draft with q(x) <= 0 is skipped, so the slot emits a draw from p itself.
+  Otherwise emit from norm([p - q']_+), where q' is q zeroed on x's k + 1 nearest neighbours (one
+  more than the k searched), and only when A is non-empty; an all-zero residual becomes uniform.
+- `official_lumina`: the rule of the released Lumina-mGPT code (`models/ea_model_lumina_mgpt.py`,
+  `evaluate_posterior`): the same test and edge cases, but it is *p* that is zeroed on the k + 1
+  neighbours (when A is non-empty) before the residual norm([p' - q]_+) is formed, so the neighbours
+  cannot be emitted at all after a rejection. (For a deterministic draft, one-hot q, this is also
+  what the LlamaGen and Anole code does on its default dynamic-tree path, `evaluate_posterior`.)
+- `ours_all`: accept iff u q(x) < p(x) + p(A); emit from norm([p - q']_+) with q' = q zeroed on x's
+  k neighbours, always (the paper's description read literally).
+- `ours_moved`: as `ours_all`, but q is zeroed only on A, the neighbours whose mass moved.
+
+The released code spreads an all-zero residual uniformly over its whole vocabulary (LlamaGen's is
+the codebook); we spread it over the model's image tokens, the only tokens a content cell may hold.
+The `ours_*` residuals fall back to p there (the case needs p <= q' everywhere, i.e. never arises
+after a rejection with normalised p and q).
+
+For a deterministic draft (one-hot q) and the `ours_*` residuals the moved mass bounds the
+total-variation shift by delta per token; for a stochastic draft (a Jacobi resample) each draft can
+gain min(q(d), moved(d)), which may exceed delta. The official residuals remove more mass from the
+neighbours than moved onto x, so delta no longer bounds their shift (measured in docs/READINGS.md).
 
 Neighbourhoods are computed once per codebook in row blocks (a 32768-code book never materialises
-a K x K matrix), only the top-k ids are kept, and the table is cached on disk keyed by the
-codebook's hash.
+a K x K matrix), only the top-(k+1) ids are kept, and the table is cached on disk keyed by the
+codebook's hash. `zero_on` is the old spelling of `reading` (all = ours_all, moved = ours_moved).
 """
 from __future__ import annotations
 
@@ -18,6 +40,7 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -26,14 +49,18 @@ from sjdbench.decoding.processing import residual
 from sjdbench.errors import UserError
 
 log = logging.getLogger(__name__)
-ZERO_ON = ("all", "moved")
+READINGS = ("official_llamagen", "official_lumina", "ours_all", "ours_moved")
+OFFICIAL = ("official_llamagen", "official_lumina")
+LEGACY_ZERO_ON = {"all": "ours_all", "moved": "ours_moved"}  # the old knob zero_on -> reading
+_explained: set[str] = set()
 
 
 @dataclass
 class LanternConfig(PartConfig):
     k: int = 1000  # neighbourhood search size
     delta: float = 0.1  # TV budget per token (> 1: LANTERN++ multiplicative bound)
-    zero_on: str = "all"  # residual: q zeroed on all k neighbours | moved: only on those in A
+    reading: str = "official_llamagen"  # official_llamagen | official_lumina | ours_all | ours_moved
+    zero_on: Optional[str] = None  # old spelling of reading: all = ours_all, moved = ours_moved
 
     symbols = {"delta": "δ"}
 
@@ -42,8 +69,28 @@ class LanternConfig(PartConfig):
             raise UserError(f"k must be >= 1, got {self.k}")
         if self.delta < 0:
             raise UserError(f"delta must be >= 0, got {self.delta}")
-        if self.zero_on not in ZERO_ON:
-            raise UserError(f"zero_on '{self.zero_on}' is unknown; choose one of: {', '.join(ZERO_ON)}")
+        if self.reading not in READINGS:
+            raise UserError(f"reading '{self.reading}' is unknown; choose one of: {', '.join(READINGS)}")
+        if self.zero_on is not None:
+            self._fold_zero_on()
+
+    def _fold_zero_on(self) -> None:
+        """Accept the old knob: zero_on=all/moved is reading=ours_all/ours_moved (said once)."""
+        if self.zero_on not in LEGACY_ZERO_ON:
+            raise UserError(f"zero_on '{self.zero_on}' is unknown; it is the old spelling of reading: "
+                            f"use reading=ours_all (zero_on=all) or reading=ours_moved (zero_on=moved)")
+        reading = LEGACY_ZERO_ON[self.zero_on]
+        if self.reading not in (reading, LanternConfig.reading):
+            raise UserError(f"zero_on={self.zero_on} (the old spelling of reading={reading}) contradicts "
+                            f"reading={self.reading}; give reading only")
+        message = f"decoder.verifier.zero_on={self.zero_on} is the old spelling of decoder.verifier.reading={reading}"
+        if message not in _explained:
+            _explained.add(message)
+            log.warning("%s; the default reading is now official_llamagen (the released rule)", message)
+        self.reading, self.zero_on = reading, None
+
+    def unused(self) -> set[str]:
+        return {"zero_on"}  # folded into reading by check()
 
 
 def neighbour_table(codebook: torch.Tensor, k: int, cache_dir: Path | None = None, key: str = "") -> torch.Tensor:
@@ -77,24 +124,27 @@ class LanternVerifier:
     greedy = False
 
     def __init__(self, neighbours: torch.Tensor, image_token_ids: torch.Tensor, vocab_size: int, delta: float,
-                 zero_on: str = "all") -> None:
+                 reading: str = "official_llamagen", k: int | None = None) -> None:
+        """neighbours: (K, >= k) code ids nearest first; the official readings zero k + 1 of them."""
         device = image_token_ids.device
-        self.delta, self.zero_on = delta, zero_on
-        self.neighbour_tokens = image_token_ids[neighbours.long().to(device)]  # (K, k) token ids
+        self.delta, self.reading = delta, reading
+        self.k = min(k if k is not None else neighbours.shape[1], neighbours.shape[1])
+        self.neighbour_tokens = image_token_ids[neighbours.long().to(device)]  # (K, >= k) token ids
         self.code_of = torch.full((vocab_size,), -1, dtype=torch.long, device=device)
         self.code_of[image_token_ids] = torch.arange(image_token_ids.numel(), device=device)
+        self.image_token_ids = image_token_ids
 
     @classmethod
     def build(cls, config: LanternConfig, adapter) -> "LanternVerifier":
         from sjdbench.paths import cache_dir
 
-        table = neighbour_table(adapter.codebook(), config.k, cache_dir(), adapter.name)
-        return cls(table, adapter.image_token_ids, adapter.vocab_size, config.delta, config.zero_on)
+        table = neighbour_table(adapter.codebook(), config.k + 1, cache_dir(), adapter.name)
+        return cls(table, adapter.image_token_ids, adapter.vocab_size, config.delta, config.reading, config.k)
 
     def moved_mass(self, p: torch.Tensor, drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(L,) mass moved onto each draft, and (L, k) the neighbours in A (ids, -1 where excluded)."""
         codes = self.code_of[drafts]  # (L,); -1 for forced tokens
-        nbrs = self.neighbour_tokens[codes.clamp_min(0)]  # (L, k)
+        nbrs = self.neighbour_tokens[codes.clamp_min(0), : self.k]  # (L, k)
         p_nbr = p.gather(-1, nbrs)  # (L, k)
         p_d = p.gather(-1, drafts[:, None])  # (L, 1)
         bound = torch.full_like(p_d, self.delta) if self.delta <= 1 else (self.delta - 1) * p_d
@@ -103,17 +153,39 @@ class LanternVerifier:
         return moved, torch.where(included, nbrs, -1)
 
     def accept(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """p, q: (L, V); drafts, u: (L,) -> (L,) bool."""
         moved, _ = self.moved_mass(p, drafts)
-        p_d = p.gather(-1, drafts[:, None]).squeeze(-1)
+        relaxed = p.gather(-1, drafts[:, None]).squeeze(-1) + moved
         q_d = q.gather(-1, drafts[:, None]).squeeze(-1)
-        return u * q_d < p_d + moved
+        if self.reading in OFFICIAL:  # r <= p~/q, and a draft with q(x) <= 0 is never accepted
+            return (q_d > 0) & (u * q_d <= relaxed)
+        return u * q_d < relaxed
+
+    def zeroed(self, p: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+        """(V,) bool: the tokens the reading zeroes after rejecting `draft` (p: (V,)); sync-free."""
+        _, included = self.moved_mass(p[None], draft[None])
+        included = included[0] >= 0  # (k,) A
+        code = self.code_of[draft]
+        width = min(self.k + 1, self.neighbour_tokens.shape[1])
+        nbrs = self.neighbour_tokens[code.clamp_min(0), :width]  # (k+1,) nearest first
+        if self.reading == "ours_moved":
+            mask = torch.cat([included, included.new_zeros(width - self.k)])
+        elif self.reading == "ours_all":
+            mask = (torch.arange(width, device=p.device) < self.k) & (code >= 0)
+        else:  # official: all k + 1, and only when the moved set is non-empty
+            mask = ((code >= 0) & included.any()).expand(width)
+        return torch.zeros(p.shape[-1], dtype=torch.bool, device=p.device).scatter(0, nbrs, mask)
 
     def replacement(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
-        _, included = self.moved_mass(p[None], draft[None])
-        ids = included[0]
-        code = self.code_of[draft]
-        if self.zero_on == "all":
-            ids = torch.where(code >= 0, self.neighbour_tokens[code.clamp_min(0)], -1)
-        q_zeroed = q.clone()
-        q_zeroed[ids.clamp_min(0)] = torch.where(ids >= 0, 0.0, q_zeroed[ids.clamp_min(0)])
-        return residual(p, q_zeroed)
+        """(V,) distribution of the token emitted where `draft` was rejected (p, q: (V,))."""
+        zeroed = self.zeroed(p, draft)
+        if self.reading not in OFFICIAL:
+            return residual(p, q.masked_fill(zeroed, 0.0))
+        if self.reading == "official_lumina":
+            res = (p.masked_fill(zeroed, 0.0) - q).clamp_min(0)
+        else:
+            res = (p - q.masked_fill(zeroed, 0.0)).clamp_min(0)
+        total = res.sum()
+        uniform = torch.zeros_like(p).index_fill_(0, self.image_token_ids, 1.0 / self.image_token_ids.numel())
+        emitted = torch.where(total > 0, res / total.clamp_min(1e-30), uniform)  # all-zero residual: uniform
+        return torch.where(q[draft] <= 0, p, emitted)  # the released loop skips a draft with q(x) <= 0
