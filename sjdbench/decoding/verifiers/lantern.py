@@ -37,6 +37,7 @@ codebook's hash. `zero_on` is the old spelling of `reading` (all = ours_all, mov
 from __future__ import annotations
 
 import hashlib
+import os
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,7 +113,7 @@ def neighbour_table(codebook: torch.Tensor, k: int, cache_dir: Path | None = Non
         table[start:start + 1024] = block.topk(k, dim=-1, largest=False).indices.to(table.dtype)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # parallel builders never share a temp file
         torch.save(table, tmp)
         tmp.replace(path)
         log.info("cached LANTERN neighbourhoods at %s", path)
