@@ -37,8 +37,8 @@ codebook's hash. `zero_on` is the old spelling of `reading` (all = ours_all, mov
 from __future__ import annotations
 
 import hashlib
-import os
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
