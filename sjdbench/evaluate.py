@@ -153,6 +153,7 @@ def _protocol(evaluator: Evaluator, run: RunView, config: EvalConfig, reference_
         "evaluator": evaluator.name,
         "metric": evaluator.metric,
         **evaluator.measure_protocol(),
+        **evaluator.protocol_extras(),
         "n": len(run.samples),
         "n_prompts": len({s.prompt_id for s in run.samples}),
         "samples_per_prompt": run.config.samples_per_prompt,

@@ -119,6 +119,10 @@ class Evaluator:
         """(B, D) float vectors for these samples."""
         raise NotImplementedError
 
+    def protocol_extras(self) -> dict:
+        """Settings that change the score but not the per-sample vectors (e.g. CLIP's scale)."""
+        return {}
+
     def check(self, n: int) -> None:
         """Raise Refused when n samples cannot give a trustworthy score."""
 
