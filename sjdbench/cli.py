@@ -73,6 +73,9 @@ def run(
     from sjdbench.runner import execute
 
     try:
+        from sjdbench.cli_eval import reject_eval_words
+
+        reject_eval_words(overrides or [])
         config = compose_run(overrides or [])
         if show_config:
             console.print(to_yaml(config), highlight=False, markup=False)

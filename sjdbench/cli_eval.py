@@ -38,6 +38,14 @@ def is_eval_word(word: str) -> bool:
     return key == "eval" or key.startswith(("eval.", "eval/"))
 
 
+def reject_eval_words(words: list[str]) -> None:
+    """`run` decodes only: evaluation settings belong to `eval` or `sweep --eval`."""
+    found = [w for w in words if is_eval_word(w)]
+    if found:
+        raise UserError(f"{found[0]}: `sjdbench run` does not score; score its run with `sjdbench eval <run_id> "
+                        f"{found[0]}` (or sweep with --eval)")
+
+
 def results_root(results_dir: Optional[str]) -> Path:
     return Path(results_dir or os.environ.get("SJDBENCH_RESULTS") or "results")
 

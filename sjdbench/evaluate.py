@@ -130,12 +130,18 @@ def is_ar(run: RunView) -> bool:
     return run.summary.get("decoder_family") == "ar"
 
 
+_OPENED: dict[Path, RunView] = {}  # complete runs read during one score() call (they do not change meanwhile)
+
+
 def _open_if_complete(root: Path, run_id: str) -> tuple[Optional[RunView], str]:
     folder = root / "runs" / run_id
+    if folder in _OPENED:
+        return _OPENED[folder], ""
     if not (folder / "config.yaml").exists():
         return None, f"run {run_id} does not exist"
     try:
-        return open_run(folder), ""
+        _OPENED[folder] = open_run(folder)
+        return _OPENED[folder], ""
     except UserError as error:
         return None, str(error)
 
@@ -312,6 +318,7 @@ def score(run_dirs: list[Path], config: EvalConfig, on_outcome: Callable[[ScoreO
     from sjdbench.evaluators.hashing import env_flag_offline
 
     env_flag_offline()
+    _OPENED.clear()
     runs = [open_run(d) for d in run_dirs]
     runs.sort(key=lambda r: (not is_ar(r), r.run_id))
     outcomes = []
