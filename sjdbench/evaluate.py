@@ -246,19 +246,25 @@ def _comparisons(evaluator: Evaluator, run: RunView, config: EvalConfig, vectors
         return paired, noise, extra, pending
 
     assert isinstance(evaluator, SetMetric) and reference is not None
-    to_reference = evaluator.reference_distance(reference)
+    to_reference = evaluator.reference_distance(reference)  # fast form for the bootstrap resamples
+
+    def headline(v: np.ndarray) -> float:  # the same computation as the score's own value
+        return evaluator.distance(v, reference)[0]
+
     paired = None
     if ar is not None and not is_ar(run):
-        delta, ci = _paired(lambda r: to_reference(vectors[r]) - to_reference(ar[r]), prompt_ids, reps, seed)
-        paired = {"ar_run_id": ar_id, "delta": delta, "ci95": ci, "n_pairs": int(len(keys)),
-                  "ar_value": to_reference(ar)}
+        ar_value = headline(ar)
+        groups = prompt_groups(prompt_ids)
+        ci = bootstrap_ci(lambda r: to_reference(vectors[r]) - to_reference(ar[r]), groups, reps, seed)
+        paired = {"ar_run_id": ar_id, "delta": headline(vectors) - ar_value, "ci95": ci, "n_pairs": int(len(keys)),
+                  "ar_value": ar_value}
     noise = None
     if floor is not None:
         extra["vs_ar_other_seed"] = evaluator.distance(vectors, floor)[0]
         if ar is not None:
             noise = {"value": evaluator.distance(ar, floor)[0], "how": f"{evaluator.name} between the two AR runs, {floor_how}",
                      "runs": [ar_id, floor_id],
-                     "delta_vs_reference": to_reference(floor) - to_reference(ar),
+                     "delta_vs_reference": headline(floor) - headline(ar),
                      "read": "compare extra.vs_ar_other_seed (this run against the second AR run) with value, and "
                              "paired_vs_ar.delta with delta_vs_reference"}
     return paired, noise, extra, pending
