@@ -282,6 +282,7 @@ class SweepScorer:
 
         self.config = compose_eval(eval_words)
         self.plan = with_noise_floor_runs(sweep, self.config.floor_seed_offset)
+        self.floor_runs = {p.run_id for p in self.plan.points} - {p.run_id for p in sweep.points}
         self.outcomes = []
 
     def _root(self) -> Path:
@@ -307,8 +308,8 @@ class SweepScorer:
         runs = [self._root() / "runs" / p.run_id for p in self.plan.points]
         done = [r for r in runs if _summary(r).get("complete")]
         outcomes = self._score(done)
-        for outcome in outcomes:
-            if outcome.doc and outcome.doc.get("pending"):
+        for outcome in outcomes:  # the added seed+1 AR runs have no floor of their own: expected
+            if outcome.doc and outcome.doc.get("pending") and outcome.run_id not in self.floor_runs:
                 _note(f"{outcome.run_id} {outcome.evaluator}: still waiting for {'; '.join(outcome.doc['pending'])}")
         table = quality_table(done)
         if table is not None:
