@@ -217,6 +217,9 @@ def eval_command(
     from sjdbench.evaluate import score
     from sjdbench.evaluators.settings import compose_eval
 
+    from sjdbench.evaluators.hashing import env_flag_offline
+
+    env_flag_offline()  # before anything imports huggingface_hub
     words = targets or []
     try:
         config = compose_eval([w for w in words if is_eval_word(w)])
@@ -278,8 +281,10 @@ class SweepScorer:
     once every run is done. Adds the AR run at seed + eval.floor_seed_offset that the floor needs."""
 
     def __init__(self, sweep, eval_words: list[str]) -> None:
+        from sjdbench.evaluators.hashing import env_flag_offline
         from sjdbench.evaluators.settings import compose_eval
 
+        env_flag_offline()
         self.config = compose_eval(eval_words)
         self.plan = with_noise_floor_runs(sweep, self.config.floor_seed_offset)
         self.floor_runs = {p.run_id for p in self.plan.points} - {p.run_id for p in sweep.points}

@@ -60,5 +60,15 @@ def files_sha256(paths: list[Path]) -> str:
 
 
 def env_flag_offline() -> None:
-    """Hub-using libraries must fail at once on a missing file, not retry for 30 s: set before import."""
+    """Scoring never downloads: a missing weight file must fail at once, not after 30 s of retries.
+
+    huggingface_hub reads HF_HUB_OFFLINE when it is imported, so the variable is set before any
+    evaluator imports it, and its constant is set too in case another part of this process (say, a
+    sweep that decoded before scoring) imported it first. HF_HUB_OFFLINE=0 in the environment wins.
+    """
+    import sys
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None and os.environ["HF_HUB_OFFLINE"] not in ("0", "false", "False"):
+        constants.HF_HUB_OFFLINE = True
