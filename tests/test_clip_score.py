@@ -113,3 +113,16 @@ def test_missing_clip_weights_fail_at_once_naming_the_file_and_where(tmp_path):
 def test_unknown_tag_lists_the_valid_ones():
     with pytest.raises(UserError, match="tags: openai"):
         resolve_weights("ViT-B-16-quickgelu", "laion9000", None)
+
+
+def test_scoring_switches_the_hub_offline_even_after_it_was_imported(monkeypatch):
+    import os
+
+    from huggingface_hub import constants
+
+    from sjdbench.evaluators.hashing import env_flag_offline
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    env_flag_offline()
+    assert os.environ["HF_HUB_OFFLINE"] == "1" and constants.HF_HUB_OFFLINE is True
