@@ -123,6 +123,17 @@ def _g(value, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
+def _fd_vs_floor(doc: dict) -> str:
+    other, floor = doc.get("extra", {}).get("vs_ar_other_seed"), doc.get("noise_floor")
+    if other is None:
+        return "-"
+    return f"{other:.3g}" + (f" ({floor['value']:.3g})" if floor else "")
+
+
+def _fixed(value, decimals: int) -> str:
+    return "-" if value is None else f"{value:.{decimals}f}"
+
+
 def _signed(value, digits: int = 3) -> str:
     return "-" if value is None else f"{value:+.{digits}g}"
 
@@ -137,7 +148,7 @@ def outcome_table(outcomes) -> Table:
     caption = ("value [bootstrap 95 % CI over prompts]; Δ vs AR: paired difference with the AR run; floor: the same "
                "comparison between two AR runs that differ only in their seeds (set metrics: their distance)")
     table = Table(title="scores", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
-                  caption=Text(caption), caption_justify="left")
+                  collapse_padding=True, caption=Text(caption), caption_justify="left")
     for header in ("decoder", "evaluator", "N", "value [CI]", "Δ vs AR [CI]", "floor"):
         table.add_column(header, justify="left" if header in ("decoder", "evaluator") else "right",
                          no_wrap=header not in ("value [CI]", "Δ vs AR [CI]"))
@@ -175,14 +186,14 @@ def quality_table(runs: list[Path]) -> Table | None:
     if not rows:
         return None
     caption = ("CLIP: toy CLIP-Score, Δ = paired difference with AR [bootstrap 95 % CI over prompts]; FD: toy FD "
-               "against renders of the same captions; FD AR': FD between this run and the seed+1 AR run, to read "
-               "against the floor (FD between the two AR runs); obj: captioned shapes drawn in the captioned "
+               "against renders of the same captions; FD AR': FD between this run and the seed+1 AR run, beside "
+               "the noise floor (FD between the two AR runs); obj: captioned shapes drawn in the captioned "
                "colour, Δ vs AR")
     sizes = sorted({str(summary.get("n_samples")) for summary, _ in rows})
     table = Table(title=f"quality beside speed (N = {', '.join(sizes)} per run)", title_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False, padding=(0, 1), caption=Text(caption), caption_justify="left")
-    for header in ("decoder", "step x", "CLIP", "Δ CLIP [CI]", "FD", "FD AR'", "floor", "obj", "Δ obj"):
-        table.add_column(header, justify="left" if header == "decoder" else "right", no_wrap=header != "Δ CLIP [CI]")
+                  pad_edge=False, padding=(0, 1), collapse_padding=True, caption=Text(caption), caption_justify="left")
+    for header in ("decoder", "step x", "CLIP", "Δ CLIP [CI]", "FD", "FD AR' (floor)", "obj", "Δ obj"):
+        table.add_column(header, justify="left" if header == "decoder" else "right", no_wrap=True)
 
     def order(row):
         return (row[0].get("decoder_family") != "ar", row[0].get("seed", 0), str(row[0].get("decoder")))
@@ -191,12 +202,12 @@ def quality_table(runs: list[Path]) -> Table | None:
         clip, fd, objects = (scores[k] or {} for k in ("toy_clip", "toy_fd", "toy_objects"))
         clip_pair, obj_pair = clip.get("paired_vs_ar"), objects.get("paired_vs_ar")
         name = str(summary.get("decoder")) + (f" s{summary['seed']}" if summary.get("seed") else "")
+        clip_ci = clip_pair.get("ci95") if clip_pair else None
         table.add_row(*map(Text, (
-            name, f"{summary.get('step_compression', 0):.2f}",
-            _g(clip.get("value")), f"{_signed(clip_pair['delta'], 2)} {_interval(clip_pair.get('ci95'), 2)}" if clip_pair else "-",
-            _g(fd.get("value")), _g(fd.get("extra", {}).get("vs_ar_other_seed")),
-            _g((fd.get("noise_floor") or {}).get("value")), _g(objects.get("value"), 2),
-            _signed(obj_pair["delta"], 2) if obj_pair else "-",
+            name, f"{summary.get('step_compression', 0):.2f}", _fixed(clip.get("value"), 1),
+            (f"{clip_pair['delta']:+.1f}" + (f" [{clip_ci[0]:.1f},{clip_ci[1]:.1f}]" if clip_ci else "")) if clip_pair else "-",
+            _g(fd.get("value")), _fd_vs_floor(fd), _fixed(objects.get("value"), 2),
+            f"{obj_pair['delta']:+.2f}" if obj_pair else "-",
         )))
     return table
 
