@@ -153,7 +153,7 @@ def random_inception(tmp_path_factory):
     return path
 
 
-@pytest.mark.slow  # about 10 s on 2 quiet cores: two 24M-parameter Inception builds and forwards at 299 px
+@pytest.mark.slow  # about 20 s on 2 shared cores: two 24M-parameter Inception builds and forwards at 299 px
 def test_real_inception_path_matches_torchmetrics_on_random_weights(tmp_path, random_inception):
     from torchmetrics.image.fid import FrechetInceptionDistance
 
