@@ -1,6 +1,5 @@
 """Small parts of the evaluation: bootstrap over prompts, named image preprocessing, object counts."""
 import numpy as np
-import pytest
 
 from sjdbench.evaluators.imaging import bilinear, centre_crop, for_inception, resize_for_clip
 from sjdbench.evaluators.toy import OBJECT_FIELDS, object_counts
