@@ -73,6 +73,9 @@ def run(
     from sjdbench.runner import execute
 
     try:
+        from sjdbench.cli_eval import reject_eval_words
+
+        reject_eval_words(overrides or [])
         config = compose_run(overrides or [])
         if show_config:
             console.print(to_yaml(config), highlight=False, markup=False)
@@ -112,12 +115,18 @@ def sweep(
     gpus_per_task: int = typer.Option(1, "--gpus-per-task", help="GPUs per run (Slurm/Ray)."),
     timeout_min: int = typer.Option(240, "--timeout-min", help="Slurm time limit per run."),
     array_parallelism: int = typer.Option(64, "--array-parallelism", help="Max Slurm array tasks at once."),
+    evaluate: bool = typer.Option(False, "--eval", help="Score each run when it finishes (eval=<preset>, eval.<key>=...; "
+                                  "default: by model and data) and add the seed+1 AR run the noise floor needs."),
 ) -> None:
     """Run a grid of configurations (plus their AR baselines); re-running resumes."""
+    from sjdbench.cli_eval import SweepScorer, is_eval_word
     from sjdbench.sweep import build_plan, execute_sweep, run_status
 
     try:
-        plan = build_plan(overrides or [], add_baselines=not no_baseline)
+        eval_words = [w for w in overrides or [] if is_eval_word(w)]
+        plan = build_plan([w for w in overrides or [] if not is_eval_word(w)], add_baselines=not no_baseline)
+        scorer = SweepScorer(plan, eval_words) if evaluate or eval_words else None
+        plan = scorer.plan if scorer else plan
         note_legacy_runs(plan.directory.parent.parent)
         if dry_run:
             table = Table(title=f"sweep {plan.sweep_id}: {len(plan.points)} runs", title_justify="left")
@@ -135,7 +144,10 @@ def sweep(
             console=console, disable=not console.is_terminal,
         ) as bar:
             task = bar.add_task("runs", total=len(plan.points))
-            results = execute_sweep(plan, executor, tick=lambda result: bar.advance(task), cluster=cluster, slurm=slurm)
+            tick = (lambda r: (bar.advance(task), scorer.on_result(r))) if scorer else (lambda r: bar.advance(task))
+            results = execute_sweep(plan, executor, tick=tick, cluster=cluster, slurm=slurm)
+        if scorer:
+            scorer.finish()
     except UserError as error:
         fail(str(error))
     counts = {}
@@ -214,6 +226,16 @@ def _mount_report() -> None:
 
 
 _mount_report()
+
+
+def _mount_evaluation() -> None:
+    from sjdbench.cli_eval import data_app, eval_command
+
+    app.command("eval", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(eval_command)
+    app.add_typer(data_app, name="data", help="Public prompt sets: download with a pinned checksum.")
+
+
+_mount_evaluation()
 
 
 def _mount_optional() -> None:

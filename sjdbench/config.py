@@ -71,6 +71,8 @@ class DataConfig:
     column: str = "prompt"
     limit: Optional[int] = None  # first n prompts
     shard: Optional[str] = None  # "i/n": every n-th prompt starting at i
+    caption: Optional[str] = None  # coco2017: longest | first | sjd_legacy (one caption per image)
+    images: Optional[str] = None  # reference images for FID (coco2017: val2017/, coco2014_30k: val2014/)
 
 
 @dataclass

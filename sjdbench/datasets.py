@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import csv
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
 from sjdbench.errors import UserError
 from sjdbench.paths import prompts_dir
@@ -18,6 +19,7 @@ from sjdbench.paths import prompts_dir
 class Prompt:
     prompt_id: int
     text: str
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)  # e.g. Parti's category
 
 
 def shipped_sets() -> list[str]:
@@ -63,9 +65,13 @@ def resolve_path(data) -> Path:
 
 def load_prompts(data) -> tuple[list[Prompt], str]:
     """(selected prompts, sha256 of the whole set). Selection: limit first, then shard."""
-    texts = read_prompt_file(resolve_path(data), data.column)
-    sha = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
-    prompts = [Prompt(i, t) for i, t in enumerate(texts)]
+    from sjdbench.prompt_sets import load_prompt_set
+
+    entries = load_prompt_set(data)  # parti, coco2017, coco2014_30k: verbatim, with metadata
+    if entries is None:
+        entries = [(t, {}) for t in read_prompt_file(resolve_path(data), data.column)]
+    sha = hashlib.sha256("\n".join(t for t, _ in entries).encode()).hexdigest()[:16]
+    prompts = [Prompt(i, t, meta) for i, (t, meta) in enumerate(entries)]
     if data.limit is not None:
         prompts = prompts[: data.limit]
     if data.shard:

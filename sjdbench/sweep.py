@@ -163,10 +163,16 @@ def build_plan(words: list[str], add_baselines: bool = True) -> SweepPlan:
         for point in list(points):
             if point.config.decoder.window != 1:
                 add(_baseline_overrides(point.overrides), baseline=True)
+    sweep_id, directory = sweep_identity(points)
+    return SweepPlan(sweep_id, points, grid, fixed, directory)
+
+
+def sweep_identity(points: list[GridPoint]) -> tuple[str, Path]:
+    """(sweep id, folder): a sweep is keyed by its set of runs (and shards)."""
     keys = sorted(f"{p.run_id}:{p.config.data.shard or ''}" for p in points)
     sweep_id = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:12]
     root = results_root(points[0].config) if points else Path("results")
-    return SweepPlan(sweep_id, points, grid, fixed, root / "sweeps" / sweep_id)
+    return sweep_id, root / "sweeps" / sweep_id
 
 
 def run_status(point: GridPoint) -> str:

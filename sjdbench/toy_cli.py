@@ -6,6 +6,8 @@ from typing import Optional
 
 import typer
 
+from sjdbench.errors import UserError
+
 toy_app = typer.Typer(help="The embedded toy model: training and calibration.", no_args_is_help=True, add_completion=False)
 
 
@@ -68,6 +70,8 @@ def calibrate(
     png: Optional[Path] = typer.Option(None, "--png", help="write a captioned grid of AR samples"),
     out: Optional[Path] = typer.Option(None, "--out", help="write the numbers as JSON"),
     knobs: bool = typer.Option(False, "--knobs", help="instead: SJD W=16 and drawn objects under each sampling knob of docs/TOY.md"),
+    results_dir: Optional[Path] = typer.Option(None, "--results-dir", help="where the runner stores the calibration's runs "
+                                               "(default: $SJDBENCH_CACHE/toy-calibration; resumable)"),
 ) -> None:
     """Measure SJD step compression, context sensitivity, toy CLIP-Score and drawn objects on held-out captions."""
     import json
@@ -78,10 +82,10 @@ def calibrate(
     sampling = {k: v for k, v in {"top_k": top_k, "cfg_scale": cfg_scale}.items() if v is not None}
     try:
         if knobs:
-            res = knob_sweep(weights, n=n)
+            res = knob_sweep(weights, n=n, results_dir=results_dir)
         else:
-            res = run(weights, n=n, png=str(png) if png else None, n_objects=n_objects, **sampling)
-    except (ValueError, FileNotFoundError, OSError) as exc:
+            res = run(weights, n=n, png=str(png) if png else None, n_objects=n_objects, results_dir=results_dir, **sampling)
+    except (ValueError, FileNotFoundError, OSError, UserError) as exc:
         _fail(str(exc))
     text = json.dumps(res, indent=2)
     typer.echo(text)

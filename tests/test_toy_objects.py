@@ -51,7 +51,7 @@ def test_calibration_reports_objects_for_renders_round_trips_and_samples():
     from sjdbench.models.toy.model import build_toy_adapter
 
     torch.set_num_threads(2)
-    res = objects_calibration(build_toy_adapter(), [], 2)  # draws 2 AR samples itself
+    res = objects_calibration(build_toy_adapter(), 2)  # decodes 2 AR samples through the runner
     assert res["n_images"] == 2
     assert res["renders"]["present"] == 1.0
     for key in ("renders", "roundtrip", "ar"):

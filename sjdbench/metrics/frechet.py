@@ -19,13 +19,14 @@ def gaussian_stats(features: np.ndarray | torch.Tensor) -> tuple[np.ndarray, np.
     return x.mean(0), np.cov(x, rowvar=False)
 
 
-def _sqrt_psd(matrix: np.ndarray) -> np.ndarray:
+def sqrt_psd(matrix: np.ndarray) -> np.ndarray:
+    """The symmetric square root of a symmetric PSD matrix (negative eigenvalues from rounding clipped)."""
     vals, vecs = np.linalg.eigh((matrix + matrix.T) / 2)
     return (vecs * np.sqrt(np.clip(vals, 0.0, None))) @ vecs.T
 
 
 def frechet_distance_from_stats(mu_a: np.ndarray, cov_a: np.ndarray, mu_b: np.ndarray, cov_b: np.ndarray) -> float:
-    root_a = _sqrt_psd(cov_a)
+    root_a = sqrt_psd(cov_a)
     middle = root_a @ cov_b @ root_a  # (D, D) symmetric PSD, eigenvalues of cov_a @ cov_b
     tr_sqrt = np.sqrt(np.clip(np.linalg.eigvalsh((middle + middle.T) / 2), 0.0, None)).sum()
     diff = mu_a - mu_b

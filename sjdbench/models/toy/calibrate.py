@@ -8,6 +8,12 @@
   (or colour) swapped? This asks whether the *captioned objects* are drawn, not only the background;
 - a captioned grid of AR samples.
 
+Every sample is decoded by the runner (`sjdbench.runner.execute`), like any `sjdbench run`: the
+calibration's AR and SJD runs are ordinary, resumable runs in a results store (by default
+`$SJDBENCH_CACHE/toy-calibration`; `sjdbench toy calibrate --results-dir results` keeps them with your
+other runs, where `sjdbench eval` can score them). The held-out captions are written once to a
+prompt file; a run's samples are seeded per (run seed, prompt, sample) as in every run.
+
 Run: sjdbench toy calibrate --out docs/toy_calibration.json --png docs/toy_samples.png
 """
 from __future__ import annotations
@@ -19,35 +25,82 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sjdbench.config import build_preset
-from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.decoding.processing import process_logits, structure_mask
 from sjdbench.models.llama import segment_index
 from sjdbench.models.toy.world import caption, render_batch, render_scenes
 
 HELD_OUT_SEED = 90210
+N_HELD_OUT = 256  # captions in the held-out prompt file; runs select the first n (data.limit)
 
 
 def held_out(n: int) -> tuple[np.ndarray, list[str]]:
     return render_batch(HELD_OUT_SEED, 0, n)
 
 
-def sjd_runs(adapter, captions: list[str], window: int, sampling=None) -> tuple[dict, list[torch.Tensor]]:
-    parts = build_preset("sjd", adapter, f"decoder.window={window}")
-    sampling = sampling or adapter.default_sampling
-    rows, tokens = [], []
+def held_out_prompt_file() -> Path:
+    """The first N_HELD_OUT held-out captions as a prompt file (written once, in the cache)."""
+    from sjdbench.paths import cache_dir
+    from sjdbench.store import atomic_write_text
+
+    path = cache_dir() / "toy" / f"heldout-{HELD_OUT_SEED}-{N_HELD_OUT}.txt"
+    if not path.exists():
+        _, scenes = render_scenes(HELD_OUT_SEED, 0, N_HELD_OUT)
+        atomic_write_text(path, "".join(caption(s) + "\n" for s in scenes))
+    return path
+
+
+def default_results_dir() -> Path:
+    from sjdbench.paths import cache_dir
+
+    return cache_dir() / "toy-calibration"
+
+
+def adapter_options(adapter) -> dict:
+    """model.options that rebuild this toy adapter (so the run id names its sampling and weights)."""
+    sampling = adapter.default_sampling
+    options = {"cfg_scale": sampling.cfg_scale, "temperature": sampling.temperature, "top_k": sampling.top_k,
+               "top_p": sampling.top_p}
+    weights_dir = getattr(adapter, "weights_dir", None)
+    if weights_dir is not None:
+        options["weights_dir"] = str(weights_dir)
+    return options
+
+
+def decode_held_out(adapter, n: int, decoder: list[str], results_dir=None) -> list[dict]:
+    """Rows of the first n held-out captions decoded by the runner with this adapter and decoder."""
+    from sjdbench.config import compose_run
+    from sjdbench.runner import execute
+    from sjdbench.store import RunStore
+
+    options = [f"model.options.{k}={v}" for k, v in adapter_options(adapter).items()]
+    config = compose_run(["model=toy", *options, "data=file", f"data.path={held_out_prompt_file()}", f"data.limit={n}",
+                          *decoder, f"results_dir={results_dir or default_results_dir()}", "warmup=0", "device=cpu"])
+    outcome = execute(config, adapter=adapter)
+    rows = RunStore(Path(outcome.run_dir).parent.parent, outcome.run_id).rows()
+    rows = [r for r in rows if r["prompt_id"] < n and r.get("sample", 0) == 0]
+    for row in rows:
+        row["run_dir"] = outcome.run_dir
+    return rows
+
+
+def row_images(rows: list[dict]) -> list[np.ndarray]:
+    from PIL import Image
+
+    return [np.asarray(Image.open(Path(r["run_dir"]) / r["image"]).convert("RGB")) for r in rows]
+
+
+def sjd_runs(adapter, n: int, window: int, results_dir=None) -> tuple[dict, list[dict]]:
+    """Step compression of SJD (W = window; 1 = AR) on the first n held-out captions, via the runner."""
+    decoder = ["decoder=ar"] if window == 1 else ["decoder=sjd", f"decoder.window={window}"]
     t0 = time.time()
-    for i, cap in enumerate(captions):
-        res = jacobi_decode(adapter, cap, parts, sampling, torch.Generator().manual_seed(i))
-        rows.append(res.stats.to_row())
-        tokens.append(res.tokens)
+    rows = decode_held_out(adapter, n, decoder, results_dir)
     comp = np.array([r["step_compression"] for r in rows])
     acc = np.array([r["acceptance_rate"] or 0.0 for r in rows])
     return {
-        "window": window, "n": len(captions), "step_compression_mean": float(comp.mean()),
+        "window": window, "n": n, "step_compression_mean": float(comp.mean()),
         "step_compression_std": float(comp.std()), "acceptance_rate_mean": float(acc.mean()),
         "seconds": round(time.time() - t0, 1),
-    }, tokens
+    }, rows
 
 
 @torch.no_grad()
@@ -111,28 +164,24 @@ def sample_grid(images: list[np.ndarray], captions: list[str], path: str | Path,
     plt.close(fig)
 
 
-def image_sets(adapter, ar_images: list[np.ndarray], n: int) -> tuple[list, dict[str, np.ndarray]]:
+def image_sets(adapter, n: int, results_dir=None) -> tuple[list, dict[str, np.ndarray]]:
     """Scenes of the first n held-out captions and three image sets for them, each (n, 64, 64, 3):
-    renders (the ceiling), their tokenizer round trips, AR samples (ar_images first, then drawn)."""
+    renders (the ceiling), their tokenizer round trips, AR samples (the runner's AR run, resumed
+    where a shorter one stopped)."""
     from sjdbench.models.toy.tokenizer import PatchTokenizer
 
     refs, scenes = render_scenes(HELD_OUT_SEED, 0, n)
-    captions = [caption(s) for s in scenes]
-    images = list(ar_images)
-    parts = build_preset("ar", adapter)
-    for i in range(len(images), n):  # AR samples beyond those already drawn, same seeding as sjd_runs
-        res = jacobi_decode(adapter, captions[i], parts, adapter.default_sampling, torch.Generator().manual_seed(i))
-        images.append(adapter.decode(res.tokens))
+    ar = row_images(decode_held_out(adapter, n, ["decoder=ar"], results_dir))
     tok = PatchTokenizer(adapter.codebook())
-    return scenes, {"renders": refs, "roundtrip": tok.decode(tok.encode(refs)), "ar": np.stack(images[:n])}
+    return scenes, {"renders": refs, "roundtrip": tok.decode(tok.encode(refs)), "ar": np.stack(ar)}
 
 
-def objects_calibration(adapter, ar_images: list[np.ndarray], n: int, prepared=None) -> dict:
+def objects_calibration(adapter, n: int, prepared=None, results_dir=None) -> dict:
     """Oracle object finder on renders (ceiling), their code round trips and AR samples.
-    prepared: image_sets(adapter, ar_images, n) if already computed."""
+    prepared: image_sets(adapter, n) if already computed."""
     from sjdbench.models.toy.objects import object_report
 
-    scenes, sets = prepared or image_sets(adapter, ar_images, n)
+    scenes, sets = prepared or image_sets(adapter, n, results_dir)
     return {"n_images": n, **{name: object_report(images, scenes) for name, images in sets.items()}}
 
 
@@ -162,7 +211,8 @@ KNOB_SETTINGS = (
 )
 
 
-def knob_sweep(weights_dir=None, n: int = 16, window: int = 16, settings=KNOB_SETTINGS, threads: int = 2) -> list[dict]:
+def knob_sweep(weights_dir=None, n: int = 16, window: int = 16, settings=KNOB_SETTINGS, threads: int = 2,
+               results_dir=None) -> list[dict]:
     """Step compression and drawn objects under other sampling settings, on the same n captions.
 
     The object finder runs on the SJD samples themselves: SJD samples exactly from the model.
@@ -172,42 +222,47 @@ def knob_sweep(weights_dir=None, n: int = 16, window: int = 16, settings=KNOB_SE
 
     torch.set_num_threads(threads)
     _, scenes = render_scenes(HELD_OUT_SEED, 0, n)
-    captions = [caption(s) for s in scenes]
     rows = []
     for setting in ({},) + tuple(settings):
-        adapter = build_toy_adapter(weights_dir, **setting)
-        res, tokens = sjd_runs(adapter, captions, window)
-        res["objects"] = object_report(np.stack([adapter.decode(t) for t in tokens]), scenes)
+        adapter = _with_weights_dir(build_toy_adapter(weights_dir, **setting), weights_dir)
+        res, decoded = sjd_runs(adapter, n, window, results_dir)
+        res["objects"] = object_report(np.stack(row_images(decoded)), scenes)
         rows.append({"setting": setting or "shipped", **res})
     return rows
 
 
+def _with_weights_dir(adapter, weights_dir):
+    """Remember where the weights came from, so the runs name them (model.options.weights_dir)."""
+    adapter.weights_dir = weights_dir
+    return adapter
+
+
 def calibrate(
     weights_dir=None, n: int = 16, windows=(16, 32), png: str | None = None, threads: int = 2, with_clip: bool = True,
-    n_objects: int = 64, **sampling,
+    n_objects: int = 64, results_dir=None, **sampling,
 ) -> dict:
     """sampling: overrides for build_toy_adapter (cfg_scale, top_k, temperature, top_p).
 
     Step compression and CLIP use the first n held-out captions; the object finder (are the
     captioned shapes drawn?) uses AR samples of the first max(n, n_objects), for a usable count of
-    objects.
+    objects. All decoding goes through the runner into `results_dir` (resumable).
     """
     from sjdbench.models.toy.model import build_toy_adapter
 
     torch.set_num_threads(threads)
     t0 = time.time()
-    adapter = build_toy_adapter(weights_dir, **sampling)
+    adapter = _with_weights_dir(build_toy_adapter(weights_dir, **sampling), weights_dir)
     load_s = time.time() - t0
     _, caps = held_out(n)
     out: dict = {"load_seconds": round(load_s, 3), "sampling": vars(adapter.default_sampling), "n_captions": n}
-    ar, ar_tokens = sjd_runs(adapter, caps, 1)
+    ar, ar_rows = sjd_runs(adapter, n, 1, results_dir)
     out["ar"] = ar
     for w in windows:
-        out[f"sjd_w{w}"], _ = sjd_runs(adapter, caps, w)
+        out[f"sjd_w{w}"], _ = sjd_runs(adapter, n, w, results_dir)
     out["context_tv"] = context_sensitivity(adapter)
-    images = [adapter.decode(t) for t in ar_tokens]
-    prepared = image_sets(adapter, images, max(n, n_objects))
-    out["objects"] = objects_calibration(adapter, images, max(n, n_objects), prepared)
+    images = row_images(ar_rows)
+    prepared = image_sets(adapter, max(n, n_objects), results_dir)
+    out["objects"] = objects_calibration(adapter, max(n, n_objects), prepared)
     if with_clip:
         from sjdbench.models.toy.clip import load_toy_clip
 

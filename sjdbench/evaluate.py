@@ -1,0 +1,339 @@
+"""Scoring: a step over finished runs. decode -> store -> score.
+
+For each (run, evaluator): measure one vector per stored sample (cached beside the run, so nothing
+is measured twice), reduce them to the score, and compare with the runs that make the score
+readable:
+
+- the AR run of the same model, data, sampling and seed (the run a decoder claims to match):
+  per-sample metrics give the paired per-prompt difference with a bootstrap 95 % CI; set metrics
+  the difference of distances to the same reference, with a paired bootstrap CI;
+- the AR run with seed + eval.floor_seed_offset: the noise floor, i.e. how far two AR runs that
+  differ only in their seeds already are (same prompts, same N).
+
+The score file is keyed by the hash of its full protocol and never recomputed once present; a
+comparison whose AR run is not finished yet is listed under `pending` and filled in by a later
+`sjdbench eval` from the cached vectors.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import io
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from sjdbench.errors import UserError
+from sjdbench.evaluators import COCO, EVALUATORS, TOY, evaluator_class
+from sjdbench.evaluators.base import Evaluator, Refused, RunView, SetMetric, open_run
+from sjdbench.evaluators.scorefile import SCHEMA, protocol_hash, read_score, score_path, write_score
+from sjdbench.evaluators.settings import EvalConfig
+from sjdbench.metrics.bootstrap import bootstrap_ci, prompt_groups
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ScoreOutcome:
+    run_id: str
+    evaluator: str
+    status: str  # scored | present | updated | refused
+    path: Optional[Path] = None
+    doc: Optional[dict] = None
+    message: str = ""
+
+
+def evaluators_for(run: RunView, config: EvalConfig) -> list[str]:
+    """eval.evaluators, or by run: the toy's offline evaluators for model=toy, FID/KID/CLIP for the
+    COCO sets (they have reference images), CLIP-Score otherwise."""
+    if config.evaluators:
+        return list(config.evaluators)
+    if run.config.model.name == "toy":
+        return list(TOY)
+    if run.config.data.name in ("coco2017", "coco2014_30k"):
+        return list(COCO)
+    return ["clip_score"]
+
+
+def library_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from sjdbench.store import git_commit
+
+    out = {}
+    for package in ("torch", "numpy", "scipy", "torchmetrics", "torch-fidelity", "open_clip_torch", "pillow"):
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            out[package] = None
+    out["sjdbench_commit"] = git_commit()
+    return out
+
+
+# ---------------------------------------------------------------- per-sample vectors, cached by key
+
+
+def _cache_file(run: RunView, evaluator: Evaluator) -> Path:
+    digest = protocol_hash(evaluator.measure_protocol())
+    return run.dir / "scores" / "cache" / f"{evaluator.cache_kind}-{digest}.npz"
+
+
+def cached_vectors(evaluator: Evaluator, run: RunView, keys: np.ndarray) -> np.ndarray:
+    """(len(keys), D) vectors of the run's samples with these (prompt_id, sample) keys, measuring
+    only the samples not cached yet (the cache is rewritten atomically)."""
+    from sjdbench.store import atomic_write_bytes
+
+    path = _cache_file(run, evaluator)
+    known: dict[tuple[int, int], np.ndarray] = {}
+    if path.exists():
+        with np.load(path) as stored:
+            known = {tuple(k): v for k, v in zip(stored["keys"].tolist(), stored["vectors"])}
+    by_key = {s.key: s for s in run.samples}
+    wanted = [tuple(k) for k in np.asarray(keys).tolist()]
+    todo = [by_key[k] for k in dict.fromkeys(wanted) if k not in known]
+    if todo:
+        fresh = evaluator.measure(todo)
+        for sample, vector in zip(todo, fresh):
+            known[sample.key] = vector
+        all_keys = sorted(known)
+        buffer = io.BytesIO()
+        np.savez(buffer, keys=np.asarray(all_keys, dtype=np.int64), vectors=np.stack([known[k] for k in all_keys]))
+        atomic_write_bytes(path, buffer.getvalue())
+    return np.stack([known[k] for k in wanted])
+
+
+# ---------------------------------------------------------------- the AR runs a score is read against
+
+
+def ar_run_id(run: RunView, seed_offset: int = 0) -> str:
+    """Run id of the AR run with this run's model, data, sampling, samples per prompt and device,
+    at seed + seed_offset (the same id `sjdbench run decoder=ar` or a sweep's baseline gets)."""
+    from sjdbench.identity import run_id_for
+
+    ar = dataclasses.replace(run.config, decoder=_ar_decoder(), seed=run.config.seed + seed_offset)
+    device_type = str(run.env.get("device", "cpu")).split(":")[0]
+    return run_id_for(ar, run.env["prompts_sha"], device_type, run.env.get("weights"))
+
+
+@functools.lru_cache(maxsize=1)
+def _ar_decoder():
+    from sjdbench.config import compose_run
+
+    return compose_run(["decoder=ar"]).decoder
+
+
+def is_ar(run: RunView) -> bool:
+    return run.summary.get("decoder_family") == "ar"
+
+
+_OPENED: dict[Path, RunView] = {}  # complete runs read during one score() call (they do not change meanwhile)
+
+
+def _open_if_complete(root: Path, run_id: str) -> tuple[Optional[RunView], str]:
+    folder = root / "runs" / run_id
+    if folder in _OPENED:
+        return _OPENED[folder], ""
+    if not (folder / "config.yaml").exists():
+        return None, f"run {run_id} does not exist"
+    try:
+        _OPENED[folder] = open_run(folder)
+        return _OPENED[folder], ""
+    except UserError as error:
+        return None, str(error)
+
+
+# ---------------------------------------------------------------- scoring one run with one evaluator
+
+
+def _samples_sha(run: RunView) -> str:
+    text = "".join(f"{s.prompt_id}:{s.sample}:{s.text}\n" for s in run.samples)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _protocol(evaluator: Evaluator, run: RunView, config: EvalConfig, reference_protocol: dict | None) -> dict:
+    protocol = {
+        "evaluator": evaluator.name,
+        "metric": evaluator.metric,
+        **evaluator.measure_protocol(),
+        **evaluator.protocol_extras(),
+        "n": len(run.samples),
+        "n_prompts": len({s.prompt_id for s in run.samples}),
+        "samples_per_prompt": run.config.samples_per_prompt,
+        "data": run.config.data.name,
+        "samples_sha256": _samples_sha(run),
+        "statistics": {"ci": "95 % percentile bootstrap over prompts (paired for differences)",
+                       "bootstrap": _bootstrap_reps(evaluator, config), "seed": config.stat_seed,
+                       "noise_floor": f"AR at seed + {config.floor_seed_offset} against AR, same prompts and N"},
+        "versions": library_versions(),
+    }
+    if reference_protocol is not None:
+        protocol["reference"] = reference_protocol
+    return protocol
+
+
+def _bootstrap_reps(evaluator: Evaluator, config: EvalConfig) -> int:
+    if evaluator.level == "sample":
+        return config.bootstrap
+    return config.toy.bootstrap if evaluator.name.startswith("toy_") else config.inception.bootstrap
+
+
+def _breakdown(evaluator, run: RunView, vectors: np.ndarray) -> dict:
+    """Per-category and per-challenge values when the prompts carry them (PartiPrompts)."""
+    out = {}
+    for field in ("category", "challenge"):
+        labels = [s.meta.get(field) for s in run.samples]
+        if all(label is not None for label in labels) and labels:
+            table = {}
+            for label in sorted(set(labels)):
+                rows = np.asarray([i for i, x in enumerate(labels) if x == label])
+                table[label] = {"value": evaluator.aggregate(vectors[rows]), "n": int(len(rows))}
+            out[f"by_{field}"] = table
+    return out
+
+
+def _paired(statistic: Callable[[np.ndarray], float], prompt_ids: np.ndarray, reps: int, seed: int) -> tuple[float, list | None]:
+    rows = np.arange(len(prompt_ids))
+    return float(statistic(rows)), bootstrap_ci(statistic, prompt_groups(prompt_ids), reps, seed)
+
+
+def _comparisons(evaluator: Evaluator, run: RunView, config: EvalConfig, vectors: np.ndarray,
+                 reference: np.ndarray | None) -> tuple[dict | None, dict | None, dict, list[str]]:
+    """(paired_vs_ar, noise_floor, extra, pending) from the AR runs' cached vectors."""
+    root = run.dir.parent.parent
+    reps, seed = _bootstrap_reps(evaluator, config), config.stat_seed
+    keys, prompt_ids = run.keys, run.keys[:, 0]
+    pending: list[str] = []
+    extra: dict = {}
+
+    def vectors_of(other_id: str, what: str) -> np.ndarray | None:
+        if other_id == run.run_id:
+            return vectors
+        other, why = _open_if_complete(root, other_id)
+        if other is None:
+            pending.append(f"{what}: {why}")
+            return None
+        missing = {tuple(k) for k in keys.tolist()} - {s.key for s in other.samples}
+        if missing:
+            pending.append(f"{what}: run {other_id} lacks {len(missing)} of this run's samples (another data.limit?)")
+            return None
+        twin = type(evaluator)(evaluator.settings, other)
+        if twin.measure_protocol() != evaluator.measure_protocol():
+            pending.append(f"{what}: run {other_id} is measured differently (another weights dir?)")
+            return None
+        return cached_vectors(twin, other, keys)
+
+    ar_id = ar_run_id(run)
+    floor_id = ar_run_id(run, config.floor_seed_offset)
+    ar = vectors_of(ar_id, "paired_vs_ar") if not is_ar(run) else vectors
+    floor = vectors_of(floor_id, "noise_floor")
+    floor_how = (f"AR at seed {run.config.seed + config.floor_seed_offset} against AR at seed {run.config.seed}: "
+                 "same model, prompts, sampling and N; only the seeds differ")
+
+    if evaluator.level == "sample":
+        aggregate = evaluator.aggregate
+        paired = None
+        if ar is not None and not is_ar(run):
+            delta, ci = _paired(lambda r: aggregate(vectors[r]) - aggregate(ar[r]), prompt_ids, reps, seed)
+            paired = {"ar_run_id": ar_id, "delta": delta, "ci95": ci, "n_pairs": int(len(keys))}
+        noise = None
+        if ar is not None and floor is not None:
+            delta, ci = _paired(lambda r: aggregate(floor[r]) - aggregate(ar[r]), prompt_ids, reps, seed)
+            noise = {"value": delta, "ci95": ci, "how": f"paired difference {floor_how}", "runs": [ar_id, floor_id]}
+        return paired, noise, extra, pending
+
+    assert isinstance(evaluator, SetMetric) and reference is not None
+    to_reference = evaluator.reference_distance(reference)  # fast form for the bootstrap resamples
+
+    def headline(v: np.ndarray) -> float:  # the same computation as the score's own value
+        return evaluator.distance(v, reference)[0]
+
+    paired = None
+    if ar is not None and not is_ar(run):
+        ar_value = headline(ar)
+        groups = prompt_groups(prompt_ids)
+        ci = bootstrap_ci(lambda r: to_reference(vectors[r]) - to_reference(ar[r]), groups, reps, seed)
+        paired = {"ar_run_id": ar_id, "delta": headline(vectors) - ar_value, "ci95": ci, "n_pairs": int(len(keys)),
+                  "ar_value": ar_value}
+    noise = None
+    if floor is not None:
+        extra["vs_ar_other_seed"] = evaluator.distance(vectors, floor)[0]
+        if ar is not None:
+            noise = {"value": evaluator.distance(ar, floor)[0], "how": f"{evaluator.name} between the two AR runs, {floor_how}",
+                     "runs": [ar_id, floor_id],
+                     "delta_vs_reference": headline(floor) - headline(ar),
+                     "read": "compare extra.vs_ar_other_seed (this run against the second AR run) with value, and "
+                             "paired_vs_ar.delta with delta_vs_reference"}
+    return paired, noise, extra, pending
+
+
+def score_run(run: RunView, name: str, config: EvalConfig) -> ScoreOutcome:
+    """Score one run with one evaluator (resumable: a present, complete score file is returned as is)."""
+    evaluator = evaluator_class(name)(config, run)
+    try:
+        evaluator.check(len(run.samples))
+        reference = evaluator.reference() if isinstance(evaluator, SetMetric) else None
+        protocol = _protocol(evaluator, run, config, reference.protocol if reference else None)
+    except Refused as refusal:
+        return ScoreOutcome(run.run_id, name, "refused", message=str(refusal))
+    digest = protocol_hash(protocol)
+    path = score_path(run.dir, name, digest)
+    existing = read_score(path)
+    if existing is not None and not existing.get("pending"):
+        return ScoreOutcome(run.run_id, name, "present", path, existing)
+    try:
+        vectors = cached_vectors(evaluator, run, run.keys)
+        paired, noise, compare_extra, pending = _comparisons(
+            evaluator, run, config, vectors, reference.vectors if reference else None)
+    except Refused as refusal:
+        return ScoreOutcome(run.run_id, name, "refused", message=str(refusal))
+    if existing is not None:  # only the comparisons were missing: the score itself stands
+        if existing.get("pending") == pending:
+            return ScoreOutcome(run.run_id, name, "present", path, existing)
+        doc = {**existing, "paired_vs_ar": paired, "noise_floor": noise, "pending": pending,
+               "extra": {**existing.get("extra", {}), **compare_extra}}
+        write_score(path, doc)
+        return ScoreOutcome(run.run_id, name, "updated", path, doc)
+
+    doc = {"schema": SCHEMA, "run_id": run.run_id, "evaluator": name, "metric": evaluator.metric,
+           "lower_is_better": evaluator.lower_is_better, "n": len(run.samples), "protocol": protocol,
+           "protocol_hash": digest}
+    if isinstance(evaluator, SetMetric):
+        value, extra = evaluator.distance(vectors, reference.vectors)
+        doc.update(value=float(value), ci95=None, extra={**extra, "n_reference": int(len(reference.vectors)),
+                                                          "feature_dim": int(vectors.shape[1])})
+    else:
+        groups = prompt_groups(run.keys[:, 0])
+        doc.update(value=evaluator.aggregate(vectors),
+                   ci95=bootstrap_ci(lambda rows: evaluator.aggregate(vectors[rows]), groups, config.bootstrap, config.stat_seed),
+                   per_sample=[{"prompt_id": int(p), "sample": int(s), "value": float(v)}
+                               for (p, s), v in zip(run.keys.tolist(), evaluator.sample_values(vectors))],
+                   extra={**evaluator.extra(vectors), **_breakdown(evaluator, run, vectors)})
+    doc["extra"].update(compare_extra)
+    doc.update(paired_vs_ar=paired, noise_floor=noise, pending=pending,
+               decoder=run.summary.get("decoder"), model=run.config.model.name, seed=run.config.seed)
+    write_score(path, doc)
+    return ScoreOutcome(run.run_id, name, "scored", path, doc)
+
+
+def score(run_dirs: list[Path], config: EvalConfig, on_outcome: Callable[[ScoreOutcome], None] | None = None) -> list[ScoreOutcome]:
+    """Score every run with its evaluators; AR runs first, so decoder runs find their comparisons."""
+    from sjdbench.evaluators.hashing import env_flag_offline
+
+    env_flag_offline()
+    _OPENED.clear()
+    runs = [open_run(d) for d in run_dirs]
+    runs.sort(key=lambda r: (not is_ar(r), r.run_id))
+    outcomes = []
+    for run in runs:
+        for name in evaluators_for(run, config):
+            if name not in EVALUATORS:
+                raise UserError(f"unknown evaluator '{name}'; choose from: {', '.join(sorted(EVALUATORS))}")
+            outcome = score_run(run, name, config)
+            outcomes.append(outcome)
+            if on_outcome:
+                on_outcome(outcome)
+    return outcomes

@@ -1,0 +1,27 @@
+"""Evaluators: one class per score, imported lazily so that listing them never loads a backbone.
+
+    toy_clip     toy CLIP-Score (offline)                     sjdbench/evaluators/toy.py
+    toy_fd       Fréchet distance in toy-CLIP feature space    sjdbench/evaluators/toy.py
+    toy_objects  object accuracy from the oracle object finder sjdbench/evaluators/toy.py
+    clip_score   CLIP-Score with open_clip                    sjdbench/evaluators/clip_score.py
+    fid, kid     FID and KID with torchmetrics (Inception)    sjdbench/evaluators/inception.py
+"""
+from __future__ import annotations
+
+import importlib
+
+EVALUATORS = {
+    "toy_clip": "sjdbench.evaluators.toy:ToyClipScore",
+    "toy_fd": "sjdbench.evaluators.toy:ToyFrechet",
+    "toy_objects": "sjdbench.evaluators.toy:ToyObjects",
+    "clip_score": "sjdbench.evaluators.clip_score:ClipScore",
+    "fid": "sjdbench.evaluators.inception:Fid",
+    "kid": "sjdbench.evaluators.inception:Kid",
+}
+TOY = ("toy_clip", "toy_fd", "toy_objects")
+COCO = ("clip_score", "fid", "kid")
+
+
+def evaluator_class(name: str):
+    module, attr = EVALUATORS[name].split(":")
+    return getattr(importlib.import_module(module), attr)

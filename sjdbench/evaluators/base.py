@@ -1,0 +1,182 @@
+"""What every evaluator sees and provides.
+
+A `RunView` is a finished run read back from the store: its config, environment, and one `Sample`
+per (prompt, sample) of the run's prompt selection, with the prompt's metadata (Parti category,
+COCO image id) and the stored image. An evaluator measures one vector per sample (a CLIP cosine, a
+feature vector, object-finder counts); those vectors are cached beside the run, so a score,
+its bootstrap interval and its comparisons with the AR runs are all computed from them without
+touching a model again.
+
+Two levels:
+- per-sample metrics (CLIP-Score, object accuracy): a value per image, aggregated over the run;
+  paired against the AR run prompt by prompt;
+- set metrics (FID, KID, toy FD): a distance between the run's feature set and a reference set;
+  compared against the AR run on the same reference, and against the AR-vs-AR noise floor.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Mapping
+
+import numpy as np
+
+from sjdbench.errors import UserError
+
+
+class Refused(Exception):
+    """This evaluator cannot give a trustworthy score for this run; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    prompt_id: int
+    sample: int
+    text: str
+    image: Path | None
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.prompt_id, self.sample)
+
+
+@dataclass
+class RunView:
+    run_id: str
+    dir: Path
+    config: Any  # RunConfig
+    env: dict
+    summary: dict
+    samples: list[Sample]
+
+    @property
+    def keys(self) -> np.ndarray:
+        """(N, 2) int64 (prompt_id, sample) in row order."""
+        return np.asarray([s.key for s in self.samples], dtype=np.int64).reshape(-1, 2)
+
+
+def load_image(path: Path) -> np.ndarray:
+    """(H, W, 3) uint8 RGB."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def open_run(run_dir: Path) -> RunView:
+    """A complete run as evaluators see it; UserError (one line) when it cannot be scored."""
+    from omegaconf import OmegaConf
+
+    from sjdbench.config import RunConfig
+    from sjdbench.datasets import load_prompts
+    from sjdbench.store import RunStore
+
+    run_dir = Path(run_dir)
+    summary_path, config_path = run_dir / "summary.json", run_dir / "config.yaml"
+    if not config_path.exists():
+        raise UserError(f"{run_dir} is not a run directory (no config.yaml)")
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    if not summary.get("complete"):
+        raise UserError(f"run {run_dir.name} is not complete; finish it first (re-run its command to resume)")
+    config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(config_path)))
+    env = json.loads((run_dir / "env.json").read_text())
+    prompts, sha = load_prompts(config.data)
+    if env.get("prompts_sha") and env["prompts_sha"] != sha:
+        raise UserError(f"the prompt set of run {run_dir.name} ({config.data.name}) has changed since it ran "
+                        f"(sha {sha}, run {env['prompts_sha']}); point data.path at the file it used")
+    rows = {(r["prompt_id"], r.get("sample", 0)): r for r in RunStore(run_dir.parent.parent, run_dir.name).rows()}
+    samples = []
+    for prompt in prompts:
+        for s in range(config.samples_per_prompt):
+            row = rows.get((prompt.prompt_id, s))
+            if row is None:
+                raise UserError(f"run {run_dir.name} lacks sample ({prompt.prompt_id}, {s}); re-run its command to finish it")
+            image = run_dir / row["image"] if row.get("image") else None
+            samples.append(Sample(prompt.prompt_id, s, row["prompt"], image, prompt.meta))
+    return RunView(run_dir.name, run_dir, config, env, summary, samples)
+
+
+class Evaluator:
+    """Base of every evaluator; subclasses set the class attributes and implement measure()."""
+
+    name: ClassVar[str]
+    metric: ClassVar[str]
+    lower_is_better: ClassVar[bool] = False
+    level: ClassVar[str] = "sample"  # "sample" | "set"
+    cache_kind: ClassVar[str]  # per-sample vectors shared by evaluators with the same measurement
+
+    def __init__(self, settings: Any, run: RunView) -> None:
+        self.settings = settings
+        self.run = run
+
+    def measure_protocol(self) -> dict:
+        """Everything that determines the per-sample vectors (backbone, weights hash, preprocessing)."""
+        raise NotImplementedError
+
+    def measure(self, samples: list[Sample]) -> np.ndarray:
+        """(B, D) float vectors for these samples."""
+        raise NotImplementedError
+
+    def protocol_extras(self) -> dict:
+        """Settings that change the score but not the per-sample vectors (e.g. CLIP's scale)."""
+        return {}
+
+    def check(self, n: int) -> None:
+        """Raise Refused when n samples cannot give a trustworthy score."""
+
+    def images(self, samples: list[Sample]) -> list[np.ndarray]:
+        missing = [s for s in samples if s.image is None or not s.image.exists()]
+        if missing:
+            raise Refused(f"{self.name} needs the run's images, and sample {missing[0].key} has none "
+                          "(runs with save_images=false cannot be scored)")
+        return [load_image(s.image) for s in samples]
+
+
+class SampleMetric(Evaluator):
+    """A value per image; the run's value aggregates them (a mean unless overridden)."""
+
+    level = "sample"
+
+    def sample_values(self, vectors: np.ndarray) -> np.ndarray:
+        return vectors[:, 0]
+
+    def aggregate(self, vectors: np.ndarray) -> float:
+        return float(self.sample_values(vectors).mean())
+
+    def extra(self, vectors: np.ndarray) -> dict:
+        return {}
+
+
+@dataclass
+class Reference:
+    """A set metric's reference features and how they were made."""
+
+    vectors: np.ndarray  # (M, D)
+    protocol: dict  # description, including "n" and "sha256" of what it was computed from
+
+
+class SetMetric(Evaluator):
+    """A distance between the run's feature set and a reference set."""
+
+    level = "set"
+    feature_dim: int = 0
+    min_n_reason: str = ""
+
+    def reference(self) -> Reference:
+        raise NotImplementedError
+
+    def distance(self, vectors: np.ndarray, other: np.ndarray) -> tuple[float, dict]:
+        """(value, extra) between the run's vectors and another set (the reference or another run)."""
+        raise NotImplementedError
+
+    def reference_distance(self, reference: np.ndarray) -> Callable[[np.ndarray], float]:
+        """vectors -> distance to the reference; set metrics may precompute the reference's part."""
+        return lambda vectors: self.distance(vectors, reference)[0]
+
+    def check(self, n: int) -> None:
+        if self.feature_dim and n < self.feature_dim and not self.settings.force:
+            raise Refused(f"{self.name} refused: N = {n} samples is below the {self.feature_dim} feature dimensions, "
+                          "so the covariance is rank-deficient and the distance is dominated by its small-N bias; "
+                          f"score at least {self.feature_dim} samples, or pass eval.force=true")

@@ -1,0 +1,111 @@
+"""Typed evaluation settings, composed with Hydra from `conf/evaluate.yaml` and the `conf/eval/`
+presets: `sjdbench eval <runs> eval=coco eval.inception.preprocess=clean eval.clip.prefix="A photo depicts "`.
+
+Nothing here changes a run: scores are written beside runs, keyed by the hash of their protocol.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from sjdbench.errors import UserError
+
+
+@dataclass
+class ClipSettings:
+    model: str = "ViT-B-16-quickgelu"  # open_clip name; -quickgelu = the activation OpenAI's weights were trained with
+    pretrained: str = "openai"  # an open_clip tag (resolved offline in the HF / open_clip caches) or a local weights file
+    prefix: str = ""  # prepended to every prompt ("A photo depicts " for LANTERN / LlamaGen)
+    score: str = "100max0"  # 100max0: 100 * max(cos, 0) per sample (SJD, GSD) | cosine: raw cosine (LANTERN, LlamaGen)
+    image_resize: str = "none"  # before CLIP's own transform: none | bilinear299 (SJD) | crop_lanczos256 (LANTERN)
+    batch_size: int = 64
+    model_kwargs: Dict[str, Any] = field(default_factory=dict)  # open_clip config overrides (tiny models in tests)
+    cache_dir: Optional[str] = None  # open_clip's download cache (default: its own)
+
+
+@dataclass
+class InceptionSettings:
+    """The Inception feature extractor shared by FID and KID."""
+
+    preprocess: str = "sjd"  # sjd: raw image, bilinear to 299 | clean: centre crop, Lanczos 256, bicubic 299 | raw
+    antialias: bool = False  # torchmetrics' own resize to 299 (only acts on `raw`: the presets already give 299)
+    weights: Optional[str] = None  # torch-fidelity's Inception file; default $TORCH_HOME/hub/checkpoints/<its name>
+    feature: str = "inception"  # inception | <module>:<factory> returning an nn.Module (N, 3, H, W) uint8 -> (N, D)
+    reference: Optional[str] = None  # reference image folder; default the run's data.images
+    batch_size: int = 32
+    bootstrap: int = 100  # resamples for the CI of the paired difference against AR (0: none)
+
+
+@dataclass
+class KidSettings:
+    subsets: int = 100
+    subset_size: int = 1000  # capped at N (recorded)
+    degree: int = 3
+    bootstrap_subsets: int = 10  # subsets per bootstrap resample of the paired difference
+
+
+@dataclass
+class ToySettings:
+    renders_per_caption: int = 1  # toy FD reference: renders of each scored caption
+    reference_seed: int = 20261201
+    bootstrap: int = 200  # resamples for the CI of the toy FD's paired difference against AR
+
+
+@dataclass
+class EvalConfig:
+    name: str = "auto"
+    evaluators: Optional[List[str]] = None  # None: by run (toy model: toy_*; coco sets: clip_score, fid, kid; else clip_score)
+    clip: ClipSettings = field(default_factory=ClipSettings)
+    inception: InceptionSettings = field(default_factory=InceptionSettings)
+    kid: KidSettings = field(default_factory=KidSettings)
+    toy: ToySettings = field(default_factory=ToySettings)
+    bootstrap: int = 2000  # resamples of prompts for per-sample metrics' CIs
+    stat_seed: int = 0
+    floor_seed_offset: int = 1  # the noise floor's second AR run uses seed + this
+    force: bool = False  # score set metrics even when N is below the feature dimension
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+
+
+def compose_eval(overrides: list[str]) -> EvalConfig:
+    """Compose `conf/evaluate.yaml` with `eval=<preset>` and `eval.*` overrides into an EvalConfig."""
+    from hydra.core.config_store import ConfigStore
+
+    from sjdbench.config import compose_raw
+
+    # the typed schema is the first default of evaluate.yaml, so every eval.* key exists at compose time
+    ConfigStore.instance().store(name="sjdbench_eval_schema", node={"eval": EvalConfig})
+    try:
+        raw = compose_raw(list(overrides), config_name="evaluate")
+    except UserError as error:
+        raise UserError(str(error).replace("sjdbench run --show-config", "sjdbench eval --show-config")) from None
+    try:
+        plain = OmegaConf.create(OmegaConf.to_container(raw, resolve=True)).get("eval") or {}
+        merged = OmegaConf.merge(OmegaConf.structured(EvalConfig), plain)
+        config: EvalConfig = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", None)
+        message = str(error).splitlines()[0]
+        raise UserError(f"invalid eval config{f' at eval.{key}' if key else ''}: {message}") from None
+    validate(config)
+    return config
+
+
+def validate(config: EvalConfig) -> None:
+    from sjdbench.evaluators import EVALUATORS
+
+    for name in config.evaluators or []:
+        if name not in EVALUATORS:
+            raise UserError(f"unknown evaluator '{name}' in eval.evaluators; choose from: {', '.join(sorted(EVALUATORS))}")
+    choices = {
+        "eval.clip.score": (config.clip.score, ("100max0", "cosine")),
+        "eval.clip.image_resize": (config.clip.image_resize, ("none", "bilinear299", "crop_lanczos256")),
+        "eval.inception.preprocess": (config.inception.preprocess, ("sjd", "clean", "raw")),
+    }
+    for key, (value, valid) in choices.items():
+        if value not in valid:
+            raise UserError(f"unknown {key} '{value}'; choose one of: {', '.join(valid)}")
+    if config.toy.renders_per_caption < 1:
+        raise UserError("eval.toy.renders_per_caption must be >= 1")
