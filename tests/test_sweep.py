@@ -78,19 +78,20 @@ def test_interrupted_sweep_resumes_losing_and_repeating_nothing(tmp_path):
         assert ids == [0, 1]
 
 
-def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
-    import sjdbench.sweep as sweep_module
+@pytest.mark.parametrize("timing", ["single", "paired"])
+def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, timing):
+    from sjdbench.runner import RunWriter
 
     plan = build_plan(words(tmp_path, "decoder=sjd,sjd_vp", "decoder.window=2"))
-    real = sweep_module.execute
+    real = RunWriter.decode
 
-    def flaky(config, **kwargs):
-        if config.decoder.name == "sjd_vp":
+    def flaky(self, prompt, sample):
+        if self.plan.config.decoder.name == "sjd_vp":
             raise RuntimeError("out of memory")
-        return real(config, **kwargs)
+        return real(self, prompt, sample)
 
-    monkeypatch.setattr(sweep_module, "execute", flaky)
-    results = execute_sweep(plan)
+    monkeypatch.setattr(RunWriter, "decode", flaky)
+    results = execute_sweep(plan, timing=timing)
     statuses = {r.run_id: r.status for r in results}
     assert sorted(statuses.values()) == ["failed", "finished", "finished"]
     status_file = json.loads((plan.directory / "status.json").read_text())
@@ -104,7 +105,7 @@ def test_submitit_local_executor_runs_two_jobs(tmp_path):
     results = execute_sweep(plan, executor="submitit", cluster="local", slurm={"timeout_min": 10})
     assert sorted(r.status for r in results) == ["finished", "finished"], [r.error for r in results]
     for point in plan.points:
-        assert RunStore(tmp_path, point.run_id).summary()["complete"]
+        assert run_status(point) == "done" and RunStore(tmp_path, point.run_id).summary()["n_samples"] == 2
 
 
 def test_sharded_run_merges_to_the_unsharded_rows(tmp_path):
@@ -112,9 +113,9 @@ def test_sharded_run_merges_to_the_unsharded_rows(tmp_path):
     for i in range(2):
         execute(compose_run([*base, f"results_dir={tmp_path / 'sharded'}", f"data.shard={i}/2"]))
     merged = execute(compose_run([*base, f"results_dir={tmp_path / 'sharded'}"]))
-    assert merged.new_samples == 0 and merged.summary["complete"]
+    assert merged.new_samples == 0 and merged.status == "complete" and merged.summary["n_samples"] == 5
     single = execute(compose_run([*base, f"results_dir={tmp_path / 'single'}"]))
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "latency_s"} for r in rows]  # noqa: E731
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("latency_s", "machine", "timing")} for r in rows]  # noqa: E731
     sharded_rows = RunStore(tmp_path / "sharded", merged.run_id).rows()
     single_rows = RunStore(tmp_path / "single", single.run_id).rows()
     assert merged.run_id == single.run_id
@@ -130,14 +131,21 @@ def test_sweep_over_shards_runs_them_as_jobs_and_merges(tmp_path):
     results = execute_sweep(plan)
     assert sorted(r.status for r in results) == ["finished", "finished", "merged"]
     summary = RunStore(tmp_path, plan.points[0].run_id).summary()
-    assert summary["complete"] and summary["n_samples"] == 4
+    assert summary["n_samples"] == 4 and not summary["complete"]  # 4 of smoke's 8 prompts
     again = execute_sweep(build_plan(words(tmp_path, "decoder=sjd", "decoder.window=3", "data.limit=4", "data.shard=0/2,1/2"), add_baselines=False))
     assert [r.status for r in again if r.status != "merged"] == ["done", "done"]
 
 
-def test_summary_follows_the_requested_selection(tmp_path):
+def test_summary_reports_every_row_present_after_a_smaller_limit(tmp_path):
+    """A run of 4 prompts re-run with data.limit=2 is done for that selection, and its summary still
+    covers all 4 rows present (of the set's 8), never only the last command's 2."""
     execute(compose_run([*SMALL, f"results_dir={tmp_path}", "data.limit=4", "decoder=sjd", "decoder.window=3"]))
     plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=3"), add_baselines=False)  # data.limit=2
     results = execute_sweep(plan)
-    assert [r.status for r in results] == ["complete"]  # nothing decoded, summary rewritten
-    assert RunStore(tmp_path, plan.points[0].run_id).summary()["n_samples"] == 2
+    assert [r.status for r in results] == ["done"]  # nothing decoded
+    summary = RunStore(tmp_path, plan.points[0].run_id).summary()
+    assert (summary["n_samples"], summary["n_wanted"], summary["complete"]) == (4, 8, False)
+    again = execute(compose_run([*SMALL, f"results_dir={tmp_path}", "data.limit=2", "decoder=sjd", "decoder.window=3"]))
+    assert again.status == "complete" and again.summary["n_samples"] == 4
+    full = execute(compose_run([*SMALL, f"results_dir={tmp_path}", "decoder=sjd", "decoder.window=3"]))
+    assert full.status == "finished" and full.new_samples == 4 and full.summary["complete"] is True
