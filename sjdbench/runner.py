@@ -43,6 +43,7 @@ from sjdbench.identity import SCHEMA, family, label, run_id_for
 from sjdbench.machine import apply_threads, load_1m, snapshot
 from sjdbench.models.registry import (
     build_adapter,
+    check_options,
     image_token_count,
     remote_device,
     resolve_device,
@@ -130,6 +131,7 @@ def preflight(config: RunConfig, remote_gpus: Optional[int] = None) -> RunPlan:
     prompt_set = load_prompt_set(config.data)
     device = resolve_device(config.device) if remote_gpus is None else remote_device(config.device, remote_gpus)
     options = dict(config.model.options)
+    check_options(config.model.name, options)
     weights = weights_fingerprint(config.model.name, options)
     verify_weights(config.model.name, options)
     image_tokens = image_token_count(config.model.name, options)

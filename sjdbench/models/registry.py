@@ -134,13 +134,21 @@ def remote_device(device: str, gpus: int) -> str:
     return device
 
 
-def build_adapter(name: str, options: dict[str, Any], device: str):
+def check_options(name: str, options: dict[str, Any]) -> None:
+    """model.options must be parameters of the model's builder (checked without building)."""
     builder = _import(name, BUILDERS.get(name, ""))
     accepted = inspect.signature(builder).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        return
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         valid = ", ".join(p for p in accepted if p != "device")
         raise UserError(f"unknown model.options for {name}: {', '.join(unknown)}; valid: {valid}")
+
+
+def build_adapter(name: str, options: dict[str, Any], device: str):
+    check_options(name, options)
+    builder = _import(name, BUILDERS.get(name, ""))
     try:
         return builder(**options, device=device)
     except (ValueError, FileNotFoundError) as error:  # bad option values, missing weights
