@@ -414,9 +414,15 @@ def submitit_executor(folder: Path, cluster: Optional[str], slurm: dict):
     return executor
 
 
+def job_words(job: list[GridPoint]) -> list[list[str]]:
+    """The overrides a worker composes, with the results folder made absolute: a job on another
+    machine or in another working directory writes to the same store."""
+    return [[*p.overrides, f"results_dir={results_root(p.config).resolve()}"] for p in job]
+
+
 def run_submitit(jobs: list[list[GridPoint]], tick: Tick, executor, timing: str) -> list[PointResult]:
     """One job array: one task per job (GPUs per task on Slurm); cluster='local' runs on this machine."""
-    submitted = executor.map_array(run_job, [[p.overrides for p in job] for job in jobs], [timing] * len(jobs))
+    submitted = executor.map_array(run_job, [job_words(job) for job in jobs], [timing] * len(jobs))
     results = []
     for job, handle in zip(jobs, submitted):
         start = time.perf_counter()
@@ -442,7 +448,7 @@ def run_ray(jobs: list[list[GridPoint]], tick: Tick, gpus_per_task: float, timin
         raise UserError(f"--gpus-per-task {gpus_per_task:g} but the Ray cluster has {available:g} GPU(s); "
                         "pass --gpus-per-task 0 for CPU runs")
     remote = ray.remote(num_gpus=gpus_per_task)(run_job)
-    pending = {remote.remote([p.overrides for p in job], timing): job for job in jobs}
+    pending = {remote.remote(job_words(job), timing): job for job in jobs}
     results = []
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
