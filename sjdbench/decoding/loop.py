@@ -100,9 +100,16 @@ def _carried(verified: WindowState, m: int, slots: int) -> Carried:
 
 
 def _non_finite(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """(L,) per slot: a raw logit is NaN or +inf, or a processed probability is not finite.
-    -inf logits are fine (models mask ids that way)."""
-    return ~(logits < float("inf")).all(-1).all(0) | ~torch.isfinite(p).all(-1)
+    """() device flag: a raw logit is NaN or +inf (greedy would take its argmax), or a processed
+    probability is not finite. -inf logits are fine (models mask ids that way). Two reductions:
+    NaN and inf propagate through max and sum."""
+    return ~torch.isfinite(logits.amax() + p.sum())
+
+
+def _first_bad_slot(logits: torch.Tensor, p: torch.Tensor) -> int:
+    """The error path only: the first window slot whose logits or probabilities are bad."""
+    bad = ~(logits < float("inf")).all(-1).all(0) | ~torch.isfinite(p).all(-1)  # (L,)
+    return int(bad.long().argmax())
 
 
 def jacobi_decode(
@@ -128,7 +135,7 @@ def jacobi_decode(
     cache = adapter.new_cache(prompt, extra=W)
     logits0 = adapter.prefill(prompt, cache)[:, None]  # (2, 1, V)
     p0 = process_logits(logits0, masks.window(0, 1), sampling)  # (1, V)
-    bad_prefill = _non_finite(logits0, p0).any()  # device flag, read at the first iteration's sync
+    bad_prefill = _non_finite(logits0, p0)  # device flag, read at the first iteration's sync
     tokens = torch.full((N,), -1, dtype=torch.long, device=device)
     tokens[0] = sample(p0, generator)[0]
     stats.nfe = 1
@@ -159,10 +166,10 @@ def jacobi_decode(
         # 3. verify: accepted prefix, then the residual at the first rejection or a bonus draw
         u = torch.rand(L - 1, generator=generator, device=device)
         passed = decoder.verifier.accept(p[: L - 1], drafts.refs, drafts.drafts, u)  # (L-1,)
-        bad = _non_finite(logits, p)  # (L,) NaN/+inf logits or NaN probabilities, per slot
-        k, any_bad = torch.stack([passed.long().cumprod(0).sum(), (bad.any() | bad_prefill).long()]).tolist()  # the one host sync per iteration
+        bad = _non_finite(logits, p) | bad_prefill  # NaN/+inf logits or NaN probabilities
+        k, any_bad = torch.stack([passed.long().cumprod(0).sum(), bad.long()]).tolist()  # the one host sync per iteration
         if any_bad:  # nothing sampled from them reaches the tokens
-            raise NonFiniteLogits(0 if bool(bad_prefill) else n + int(bad.long().argmax()))
+            raise NonFiniteLogits(0 if bool(bad_prefill) else n + _first_bad_slot(logits, p))
         tokens[n : n + k] = drafts.drafts[:k]
         if k < L - 1:
             emitted = decoder.verifier.replacement(p[k], drafts.refs[k], drafts.drafts[k])  # (V,)
