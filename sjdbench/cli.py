@@ -27,7 +27,7 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain help and errors: no boxes in logs, no "<bool>" after flags
     pretty_exceptions_enable=False,
 )
-console = Console(soft_wrap=True)
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 132)  # logs: tables whole, not cut at 80
 err_console = Console(stderr=True, soft_wrap=True)  # one physical line per message, even in logs
 
 OVERRIDES_HELP = "Hydra overrides, e.g. model=toy decoder=sjd_vp decoder.window=32 data=smoke seed=0"
@@ -62,7 +62,7 @@ def summary_table(title: str, summaries: list[dict], speedups: dict | None = Non
               "drafts); len = tokens per iteration; growth = accepted drafts that rose N iterations running; "
               "sec = latency per image (! = some timed on a busy machine)")
     if speedups is not None:
-        legend += "; speedup = AR latency / latency, paired per prompt (~ = not timed side by side with AR)"
+        legend += "; vs AR = AR latency / latency, geometric mean over prompts (~ = not timed side by side with AR)"
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, caption=legend,
                   caption_justify="left")
     columns = [
@@ -71,7 +71,7 @@ def summary_table(title: str, summaries: list[dict], speedups: dict | None = Non
         ("acc.old", "acceptance_rate_no_fresh", 2), ("len", "mean_accepted_length", 2),
         ("growth", "growth_share", 2), ("sec", "latency_s_mean", 3),
     ]
-    headers = [h for h, _, _ in columns] + (["speedup"] if speedups is not None else [])
+    headers = [h for h, _, _ in columns] + (["vs AR"] if speedups is not None else [])
     for header in headers:
         table.add_column(header, justify="left" if header == "decoder" else "right", no_wrap=True)
     for summary in summaries:
@@ -89,14 +89,17 @@ def summary_table(title: str, summaries: list[dict], speedups: dict | None = Non
 
 
 def latency_warnings(summaries: list[dict]) -> list[str]:
-    lines = []
-    for summary in summaries:
-        busy, n = summary.get("busy_samples") or 0, summary.get("n_samples") or 0
-        if busy:
-            lines.append(f"warning: {busy} of {n} samples of {summary.get('decoder')} were timed while the machine was busy "
-                         f"(load average up to {summary.get('load_1m_max')}, above the cores available); their latencies "
-                         "are not to be trusted: re-time on a quiet machine (see README, Reproducibility)")
-    return lines
+    """One line naming the runs whose latencies were taken on a busy machine (none: no line)."""
+    flagged = [s for s in summaries if s.get("busy_samples")]
+    if not flagged:
+        return []
+    busy = sum(s["busy_samples"] for s in flagged)
+    total = sum(s.get("n_samples") or 0 for s in flagged)
+    load = max((s.get("load_1m_max") or 0) for s in flagged)
+    names = ", ".join(str(s.get("decoder")) for s in flagged)
+    return [f"warning: {busy} of {total} samples ({names}) were timed while the machine was busy (load average up to "
+            f"{load}, above the cores available); those latencies are not to be trusted: re-time on a quiet machine "
+            "(see README, Reproducibility and performance)"]
 
 
 class CliReporter:
@@ -108,6 +111,11 @@ class CliReporter:
         self.started = time.perf_counter()
         self.last_line = 0.0
         self.first_done: Optional[int] = None
+
+    def begin(self, label: str) -> None:
+        self.label = label
+        if self.bar is not None:
+            self.bar.update(self.task, description=label, completed=0, total=None)
 
     def _line(self, text: str) -> None:
         err_console.print(text, highlight=False, markup=False)
@@ -227,10 +235,11 @@ def sweep(
         slurm = {"partition": partition, "gpus_per_task": gpus_per_task, "timeout_min": timeout_min,
                  "array_parallelism": array_parallelism, "cpus_per_task": cpus_per_task}
         with Progress(
-            TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-            console=err_console, disable=not err_console.is_terminal,
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TimeRemainingColumn(), console=err_console, disable=not err_console.is_terminal,
         ) as bar:
-            task = bar.add_task("runs", total=len(plan.points))
+            task = bar.add_task("sweep", total=len(plan.points))
+            reporter = CliReporter(bar if err_console.is_terminal else None, "sweep")
             count = {"n": 0}
 
             def tick(result) -> None:
@@ -240,7 +249,7 @@ def sweep(
                     err_console.print(f"sweep {plan.sweep_id}: {count['n']}/{len(plan.points)} runs; {result.run_id} "
                                       f"{result.status}", highlight=False, markup=False)
 
-            results = execute_sweep(plan, executor, tick=tick, cluster=cluster, slurm=slurm, timing=timing)
+            results = execute_sweep(plan, executor, tick=tick, cluster=cluster, slurm=slurm, timing=timing, reporter=reporter)
         speedups = latency_comparisons(plan)
     except UserError as error:
         fail(str(error))

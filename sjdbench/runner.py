@@ -61,6 +61,9 @@ TIMING_MODES = ("single", "paired")
 class Reporter:
     """What a run tells its caller while it works (the CLI prints it; the default says nothing)."""
 
+    def begin(self, label: str) -> None:
+        """A new run (or paired group of runs) starts reporting under this name."""
+
     def model_loading(self, name: str, device: str) -> None:
         pass
 

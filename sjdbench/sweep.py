@@ -37,8 +37,9 @@ import yaml
 
 from sjdbench.config import RunConfig, compose_run, group_choices, normalize_overrides, results_root
 from sjdbench.errors import UserError
-from sjdbench.paths import conf_dir
+from sjdbench.identity import label
 from sjdbench.machine import apply_threads
+from sjdbench.paths import conf_dir
 from sjdbench.runner import (
     TIMING_MODES,
     Reporter,
@@ -74,8 +75,6 @@ class GridPoint:
     @property
     def decoder_label(self) -> str:
         """The decoder actually built, named by its preset and the knobs that differ from it."""
-        from sjdbench.identity import label
-
         return label(self.config)
 
 
@@ -281,7 +280,7 @@ def _pair_key(config: RunConfig) -> str:
     })
 
 
-def run_group(configs: list[RunConfig], timing: str, adapters: dict) -> list[RunOutcome]:
+def run_group(configs: list[RunConfig], timing: str, adapters: dict, reporter: Optional[Reporter] = None) -> list[RunOutcome]:
     """Runs of one model: paired (interleaved prompt by prompt) or one after another. `adapters`
     caches loaded models by model key across groups; a failed run never stops the others."""
     plans = [preflight(config) for config in configs]
@@ -289,14 +288,18 @@ def run_group(configs: list[RunConfig], timing: str, adapters: dict) -> list[Run
     if key not in adapters and any(wanted_keys(p) - p.store().done_keys() for p in plans):
         adapters.clear()  # one model in memory at a time
         apply_threads(configs[0].threads, plans[0].device)
-        adapters[key] = load_model(plans[0], Reporter())
+        adapters[key] = load_model(plans[0], reporter or Reporter())
     adapter = adapters.get(key)
     if timing == "paired":
-        return execute_runs(plans, adapter, timing_mode="paired", keep_going=True)
+        if reporter is not None:
+            reporter.begin(f"{configs[0].model.name} / paired: " + ", ".join(label(c) for c in configs))
+        return execute_runs(plans, adapter, reporter, timing_mode="paired", keep_going=True)
     outcomes = []
     for plan_ in plans:
         try:
-            outcomes += execute_runs([plan_], adapter, timing_mode="single")
+            if reporter is not None:
+                reporter.begin(f"{plan_.config.model.name} / {label(plan_.config)}")
+            outcomes += execute_runs([plan_], adapter, reporter, timing_mode="single")
         except Exception as error:  # noqa: BLE001 - record and go on with the sweep
             log.debug("run %s failed:\n%s", plan_.run_id, traceback.format_exc())
             outcomes.append(RunOutcome(plan_.run_id, str(plan_.store().dir), "failed", {}, 0, f"{type(error).__name__}: {error}"))
@@ -346,13 +349,13 @@ def _failed(job: list[GridPoint], error: BaseException | str, seconds: float = 0
     return [PointResult(point.run_id, "failed", error, seconds) for point in job]
 
 
-def run_local(jobs: list[list[GridPoint]], tick: Tick, timing: str) -> list[PointResult]:
+def run_local(jobs: list[list[GridPoint]], tick: Tick, timing: str, reporter: Optional[Reporter] = None) -> list[PointResult]:
     """Jobs in this process, one model loaded at a time; a failure never stops the rest."""
     results, adapters = [], {}
     for job in jobs:
         start = time.perf_counter()
         try:
-            outcomes = run_group([p.config for p in job], timing, adapters)
+            outcomes = run_group([p.config for p in job], timing, adapters, reporter)
             done = _job_results(job, [dataclasses.asdict(o) for o in outcomes], time.perf_counter() - start)
         except Exception as error:  # noqa: BLE001 - record and go on with the sweep
             log.debug("job failed:\n%s", traceback.format_exc())
@@ -492,9 +495,9 @@ def default_timing(executor: str) -> str:
 
 
 def execute_sweep(sweep: SweepPlan, executor: str = "local", tick: Tick | None = None, cluster: Optional[str] = None,
-                  slurm: dict | None = None, timing: Optional[str] = None) -> list[PointResult]:
+                  slurm: dict | None = None, timing: Optional[str] = None, reporter: Optional[Reporter] = None) -> list[PointResult]:
     """Run every point not already done; record outcomes in the sweep folder's status.json and the
-    latency comparisons in latency.json."""
+    latency comparisons in latency.json. `reporter` hears the progress of local runs."""
     if executor not in EXECUTORS:
         raise UserError(f"unknown executor '{executor}'; choose one of: {', '.join(EXECUTORS)}")
     timing = timing or sweep.timing or default_timing(executor)
@@ -520,7 +523,7 @@ def execute_sweep(sweep: SweepPlan, executor: str = "local", tick: Tick | None =
     if todo:
         jobs = make_jobs(todo, timing, one_per_point=executor != "local")
         if executor == "local":
-            results += run_local(jobs, tick, timing)
+            results += run_local(jobs, tick, timing, reporter)
         elif executor == "submitit":
             results += run_submitit(jobs, tick, submitter, timing)
         else:

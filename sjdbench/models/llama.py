@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-TRIM_KEYS = True  # CPU fast paths below (read by benchmarks to measure what they save)
+CPU_FAST_PATHS = True  # the CPU fast paths below; switch off to measure what they save (same tokens either way)
 
 
 @dataclass
@@ -272,7 +272,7 @@ class Llama(nn.Module):
         x = self._embed(tokens, segment_index)
         if window_mask is None:
             window_mask = torch.ones(L, L, dtype=torch.bool, device=tokens.device).tril()
-        if tokens.device.type == "cpu" and TRIM_KEYS:
+        if tokens.device.type == "cpu" and CPU_FAST_PATHS:
             # Attend only to what any slot may see: committed positions below the window's last one,
             # then the window's own L slots. Past the image's written prefix the static cache is
             # empty; on a CPU computing attention over it is most of the attention's cost (reading
@@ -294,7 +294,7 @@ class Llama(nn.Module):
 
     def commit_window(self, slots: torch.Tensor, positions: torch.Tensor) -> None:
         """Keep window slots (k,) as committed tokens at absolute positions (k,)."""
-        span = _consecutive_span(slots, positions) if TRIM_KEYS else None
+        span = _consecutive_span(slots, positions) if CPU_FAST_PATHS else None
         for layer in self.layers:
             layer.attn.cache.commit(slots, positions, span)
         if span is not None:
