@@ -88,12 +88,15 @@ class KVCache(nn.Module):
     were not kept never reach the committed region.
     """
 
-    def __init__(self, batch: int, n_heads: int, max_len: int, window: int, head_dim: int, dtype, device) -> None:
+    def __init__(self, batch: int, n_heads: int, max_len: int, window: int, head_dim: int, dtype, device,
+                 storage: torch.Tensor | None = None) -> None:
+        """storage: (2, batch, n_heads, max_len + window, head_dim) to hold k and v, e.g. one layer's
+        slice of the model's single cache tensor; allocated here when not given."""
         super().__init__()
         self.max_len, self.window = max_len, window
-        shape = (batch, n_heads, max_len + window, head_dim)
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        if storage is None:
+            storage = torch.zeros(2, batch, n_heads, max_len + window, head_dim, dtype=dtype, device=device)
+        self.k, self.v = storage[0], storage[1]  # views (B, nh, max_len + window, hd)
 
     def write(self, index: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store k, v (B, nh, L, hd) at cache indices (L,); returns the whole cache for attention."""
@@ -190,6 +193,7 @@ class Llama(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.key_valid: torch.Tensor | None = None  # (B, max_len) committed keys that may be seen
+        self.kv: torch.Tensor | None = None  # (n_layers, 2, B, nh, max_len + window, hd): every layer's cache
         self.apply(self._init_weights)
 
     @staticmethod
@@ -199,16 +203,20 @@ class Llama(nn.Module):
 
     def setup_cache(self, batch: int, max_len: int, window: int = 0) -> None:
         """Allocate a fresh static cache for `max_len` positions plus a window of `window` slots;
-        all keys start invisible until written."""
+        all keys start invisible until written. Every layer's k and v live in one tensor
+        (n_layers, 2, B, nh, max_len + window, hd), so a commit is one copy, not 2 per layer."""
         p = self.head.weight
-        for layer in self.layers:
-            layer.attn.cache = KVCache(batch, self.cfg.n_heads, max_len, window, self.cfg.head_dim, p.dtype, p.device)
+        cfg = self.cfg
+        self.kv = torch.zeros(cfg.n_layers, 2, batch, cfg.n_heads, max_len + window, cfg.head_dim, dtype=p.dtype, device=p.device)
+        for layer, storage in zip(self.layers, self.kv):
+            layer.attn.cache = KVCache(batch, cfg.n_heads, max_len, window, cfg.head_dim, p.dtype, p.device, storage)
         self.key_valid = torch.zeros(batch, max_len, dtype=torch.bool, device=p.device)
 
     def clear_cache(self) -> None:
         for layer in self.layers:
             layer.attn.cache = None
         self.key_valid = None
+        self.kv = None
 
     def _embed(self, tokens: torch.Tensor, segment_index: torch.Tensor | None) -> torch.Tensor:
         x = self.embed(tokens)  # (B, L, D)
@@ -295,11 +303,13 @@ class Llama(nn.Module):
     def commit_window(self, slots: torch.Tensor, positions: torch.Tensor) -> None:
         """Keep window slots (k,) as committed tokens at absolute positions (k,)."""
         span = _consecutive_span(slots, positions) if CPU_FAST_PATHS else None
-        for layer in self.layers:
-            layer.attn.cache.commit(slots, positions, span)
+        max_len = self.key_valid.shape[1]
         if span is not None:
-            self.key_valid[:, span[1] : span[1] + span[2]] = True
+            slot, position, count = span
+            self.kv[:, :, :, :, position : position + count] = self.kv[:, :, :, :, max_len + slot : max_len + slot + count]
+            self.key_valid[:, position : position + count] = True
         else:
+            self.kv[:, :, :, :, positions] = self.kv[:, :, :, :, max_len + slots]
             self.key_valid[:, positions] = True
 
 
