@@ -305,7 +305,7 @@ def execute_runs(plans: list[RunPlan], adapter: Any = None, reporter: Optional[R
             reporter.sample_done(sum(w.done for w in writers), total, None)
             for writer in writers:
                 writer.warmup()
-            order = list(dict.fromkeys(key for w in writers for key in w.todo))  # selection order, each once
+            order = sorted({key for w in writers for key in w.todo}, key=lambda k: (k[0].prompt_id, k[1]))  # prompt by prompt
             todo = [set(w.todo) for w in writers]
             failed: dict[int, str] = {}
             new = 0

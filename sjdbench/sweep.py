@@ -35,7 +35,7 @@ from typing import Callable, Optional
 
 import yaml
 
-from sjdbench.config import RunConfig, compose_run, group_choices, normalize_overrides, results_root
+from sjdbench.config import RunConfig, available_groups, compose_run, group_choices, normalize_overrides, results_root
 from sjdbench.errors import UserError
 from sjdbench.identity import label
 from sjdbench.machine import apply_threads
@@ -44,7 +44,6 @@ from sjdbench.runner import (
     TIMING_MODES,
     Reporter,
     RunOutcome,
-    execute,
     execute_runs,
     load_model,
     plan,
@@ -153,7 +152,7 @@ def parse_words(words: list[str]) -> tuple[dict[str, list[str]], list[str]]:
         raise UserError(f"cannot parse sweep overrides: {str(error).splitlines()[0]}") from None
     for override, word in zip(parsed, user_words):
         key = word.partition("=")[0]
-        if isinstance(override.value(), list) and key.lstrip("+") in group_choices_or_none():
+        if isinstance(override.value(), list) and key.lstrip("+") in available_groups():
             several = word.partition("=")[2].strip("[]")
             raise UserError(f"{word}: a list picks one config group several times; to sweep over them write "
                             f"{key.lstrip('+')}={several} (no brackets)")
@@ -173,12 +172,6 @@ def parse_words(words: list[str]) -> tuple[dict[str, list[str]], list[str]]:
             values = list(override.sweep_string_iterator())
         grid[key] = values
     return grid, [f"{k}={v}" for k, v in fixed.items()]
-
-
-def group_choices_or_none() -> set[str]:
-    from sjdbench.config import available_groups
-
-    return set(available_groups())
 
 
 def _baseline_overrides(point: list[str]) -> list[str]:
@@ -252,12 +245,6 @@ def write_plan(sweep: SweepPlan, executor: str, timing: str) -> None:
         "runs": [{"run_id": p.run_id, "overrides": p.overrides, "baseline": p.baseline} for p in sweep.points],
     }
     atomic_write_text(sweep.directory / "sweep.yaml", yaml.safe_dump(doc, sort_keys=False))
-
-
-def run_point(overrides: list[str]) -> dict:
-    """Top-level and picklable: one grid point on its own (kept for callers of earlier versions)."""
-    outcome = execute(compose_run(overrides))
-    return {"run_id": outcome.run_id, "status": outcome.status, "new_samples": outcome.new_samples}
 
 
 def run_job(job: list[list[str]], timing: str) -> list[dict]:

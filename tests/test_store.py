@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from sjdbench.cli import app
 from sjdbench.config import compose_run
 from sjdbench.runner import execute, preflight
-from sjdbench.store import RunStore, append_jsonl, read_jsonl, truncate_torn_tail
+from sjdbench.store import append_jsonl, read_jsonl, truncate_torn_tail
 
 runner = CliRunner()
 SMALL = ["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "warmup=0", "save_images=false"]
