@@ -377,7 +377,7 @@ def main() -> None:
     except errors.ClickException as error:
         err_console.print(f"error: {error.format_message()}", highlight=False, markup=False)
         code = error.exit_code
-    except (typer.Abort, errors.Abort):
+    except (typer.Abort, getattr(errors, "Abort", typer.Abort)):
         code = 130
     except KeyboardInterrupt:
         err_console.print("interrupted — re-run the same command to resume; finished samples are saved",
