@@ -259,6 +259,8 @@ def sweep(
         err_console.print("interrupted — re-run the same command to resume; finished samples are saved",
                           highlight=False, markup=False)
         raise typer.Exit(130)
+    except OSError as error:  # an I/O failure outside the store's own checks
+        fail(f"{error.strerror or error}{f': {error.filename}' if error.filename else ''}")
     counts = {}
     for result in results:
         counts[result.status] = counts.get(result.status, 0) + 1
