@@ -285,3 +285,30 @@ def test_bad_timing_words_are_refused():
         build_plan(["model=debug", "sweep.timing=both"])
     with pytest.raises(UserError, match="unknown sweep setting sweep.executor"):
         build_plan(["model=debug", "sweep.executor=ray"])
+
+
+def test_slurm_jobs_resolve_the_device_as_their_gpu_nodes_will(tmp_path):
+    """Planned on a login node without GPUs, `device=auto` means cuda for jobs that get a GPU: the
+    planned run ids are those the jobs will write, and the jobs are told the device explicitly."""
+    import torch
+
+    from sjdbench.identity import run_id_for
+
+    plan = build_plan(words(tmp_path, "decoder=sjd"), remote_gpus=1)
+    for point in plan.points:
+        assert "device=cuda" in point.overrides and point.config.device == "cuda"
+        assert point.run_id == run_id_for(point.config, plan_sha(point), "cuda")
+    cpu_jobs = build_plan(words(tmp_path, "decoder=sjd"), remote_gpus=0)
+    assert all("device=cpu" in p.overrides for p in cpu_jobs.points)
+    with pytest.raises(UserError, match="device=cuda but the jobs get no GPU"):
+        build_plan(words(tmp_path, "decoder=sjd", "device=cuda"), remote_gpus=0)
+    if not torch.cuda.is_available():  # here, locally, cuda is refused; for the jobs it is fine
+        with pytest.raises(UserError, match="no CUDA device is visible"):
+            build_plan(words(tmp_path, "decoder=sjd", "device=cuda"))
+        assert build_plan(words(tmp_path, "decoder=sjd", "device=cuda"), remote_gpus=1).points
+
+
+def plan_sha(point) -> str:
+    from sjdbench.datasets import load_prompt_set
+
+    return load_prompt_set(point.config.data).sha
