@@ -1,80 +1,165 @@
-"""Side-by-side decoder benchmark: step compression and paired latency speedup vs AR, one process.
+"""Side-by-side decoder benchmark: step compression, paired latency speedup vs AR, and where the time
+goes (model forwards vs decoding machinery), in one process.
 
-    python benchmarks/bench_decoders.py                       # toy model, all presets, W=16
-    python benchmarks/bench_decoders.py --model debug --decoders sjd sjd_vp --window 32 --prompts 8
+    python benchmarks/bench_decoders.py                          # toy model, all presets, W = 16, 32, 64
+    python benchmarks/bench_decoders.py --decoders sjd sjd_vp --windows 32 --prompts 4
+    python benchmarks/bench_decoders.py --model debug --prompts 2 --windows 4 --overhead-prompts 1
 
-Decoders are interleaved prompt by prompt (AR, then each decoder, same prompt and seed) so that
-machine drift hits all of them alike; speedup is the geometric mean of per-prompt AR/decoder latency
-ratios. Absolute CPU times are noise; the ratios measured in one run are the result. The machine is
-printed with the numbers.
+Latency: AR and every (decoder, W) decode the same prompt with the same seed one after another,
+prompt by prompt, through `runner.timed_decode` (the function `sjdbench run` times with), so
+machine drift hits all of them alike; speedup is the geometric mean of per-prompt AR/decoder
+latency ratios. Absolute CPU times are noise; the ratios measured in one run are the result.
+
+Overhead: a second pass decodes `--overhead-prompts` prompts with the model's forward and prefill
+timed (device-synchronised); everything else (sampling, verification, proposals, statistics,
+cache commits, bookkeeping) is the decoding machinery. Printed per decoder and W: the share of
+wall time outside model forwards and the machinery's time per iteration.
+
+Window cost: the time of one W-token window forward over one 1-token (AR) forward, both at the
+middle of the image with the cache filled, medians of interleaved repeats.
 """
 from __future__ import annotations
 
 import argparse
 import math
-import os
-import platform
 import statistics
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import torch
 
-from sjdbench.config import compose_run, decoder_spec
-from sjdbench.datasets import load_prompts
-from sjdbench.decoding.loop import jacobi_decode
-from sjdbench.models.registry import build_adapter
-from sjdbench.runner import resolve_sampling, sample_seed, synchronize
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a source checkout without installing
 
-PRESETS = ["ar", "jacobi", "sjd", "sjd_pp", "mc_sjd", "sjd_vp", "lantern", "lantern_vp", "gsd", "gsd_vp"]
+from sjdbench.config import compose_run, decoder_spec  # noqa: E402
+from sjdbench.datasets import load_prompts  # noqa: E402
+from sjdbench.machine import apply_threads, cpu_model, cpus_available, load_1m  # noqa: E402
+from sjdbench.models.registry import build_adapter, resolve_device  # noqa: E402
+from sjdbench.runner import resolve_sampling, sample_seed, synchronize, timed_decode  # noqa: E402
+
+PRESETS = ["jacobi", "sjd", "sjd_pp", "mc_sjd", "sjd_vp", "lantern", "lantern_vp", "gsd", "gsd_vp"]
+
+
+class ForwardTimer:
+    """The adapter with its model forwards timed; every other attribute is the adapter's own."""
+
+    def __init__(self, adapter: Any, device: str) -> None:
+        self._adapter, self._device = adapter, device
+        self.seconds = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._adapter, name)
+
+    def _timed(self, method, *args, **kwargs):
+        synchronize(self._device)
+        start = time.perf_counter()
+        out = method(*args, **kwargs)
+        synchronize(self._device)
+        self.seconds += time.perf_counter() - start
+        return out
+
+    def prefill(self, *args, **kwargs):
+        return self._timed(self._adapter.prefill, *args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self._timed(self._adapter.forward, *args, **kwargs)
+
+
+def window_cost(adapter: Any, prompt_text: str, widths: list[int], device: str, repeats: int = 30) -> dict[int, float]:
+    """{W: time of a W-token window forward / time of a 1-token forward}, at mid-image."""
+    prompt = adapter.encode_prompt(prompt_text)
+    adapter.new_cache(prompt, extra=max(widths))
+    adapter.prefill(prompt, None)
+    middle = adapter.layout.n_positions // 2
+    token = int(adapter.image_token_ids[0])
+    inputs = {w: (torch.full((w,), token, device=device), torch.arange(middle, middle + w, device=device)) for w in [1, *widths]}
+    times: dict[int, list[float]] = {w: [] for w in inputs}
+    for w, (tokens, positions) in inputs.items():  # warm-up
+        adapter.forward(tokens, positions, None)
+    for _ in range(repeats):
+        for w, (tokens, positions) in inputs.items():
+            synchronize(device)
+            start = time.perf_counter()
+            adapter.forward(tokens, positions, None)
+            synchronize(device)
+            times[w].append(time.perf_counter() - start)
+    one = statistics.median(times[1])
+    return {w: statistics.median(times[w]) / one for w in widths}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None, help="model config name (default: the root default)")
-    parser.add_argument("--decoders", nargs="+", default=PRESETS[1:])
-    parser.add_argument("--window", type=int, default=16)
-    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--model", default=None, help="model config name (default: the root default, the toy)")
+    parser.add_argument("--decoders", nargs="+", default=PRESETS, help="decoder presets (AR is always the baseline)")
+    parser.add_argument("--windows", nargs="+", type=int, default=[16, 32, 64], help="window sizes W")
+    parser.add_argument("--prompts", type=int, default=8, help="prompts for the paired latencies")
+    parser.add_argument("--overhead-prompts", type=int, default=2, help="prompts for the overhead pass (0: skip)")
     parser.add_argument("--data", default="smoke")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the runs' default)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
 
-    base = [f"data={args.data}", f"data.limit={args.prompts}", f"device={args.device}"]
+    device = resolve_device(args.device)
+    threads = apply_threads(args.threads, device)
+    base = [f"data={args.data}", f"data.limit={args.prompts}", f"device={device}"]
     if args.model:
         base.append(f"model={args.model}")
     ar_cfg = compose_run([*base, "decoder=ar"])
-    adapter = build_adapter(ar_cfg.model.name, dict(ar_cfg.model.options), args.device)
+    adapter = build_adapter(ar_cfg.model.name, dict(ar_cfg.model.options), device)
     sampling = resolve_sampling(adapter.default_sampling, ar_cfg.sampling)
-    configs = {"ar": ar_cfg} | {d: compose_run([*base, f"decoder={d}", f"decoder.window={args.window}"]) for d in args.decoders if d != "ar"}
-    parts = {name: decoder_spec(cfg).build(adapter) for name, cfg in configs.items()}
+    names = [("ar", 1)] + [(d, w) for d in args.decoders if d != "ar" for w in args.windows]
+    decoders = {("ar", 1): decoder_spec(ar_cfg).build(adapter)}
+    for name, width in names[1:]:
+        decoders[(name, width)] = decoder_spec(compose_run([*base, f"decoder={name}", f"decoder.window={width}"])).build(adapter)
     prompts, _ = load_prompts(ar_cfg.data)
+    load_start = load_1m()
 
-    for name, p in parts.items():  # warm-up, untimed
-        jacobi_decode(adapter, prompts[0].text, p, sampling, torch.Generator(args.device).manual_seed(0))
-    latency: dict[str, list[float]] = {name: [] for name in parts}
-    nfe: dict[str, list[int]] = {name: [] for name in parts}
-    tokens = adapter.layout.n_positions
+    for key, decoder in decoders.items():  # warm-up, untimed
+        timed_decode(adapter, prompts[0].text, decoder, sampling, 0, device)
+    latency: dict[tuple, list[float]] = {key: [] for key in decoders}
+    nfe: dict[tuple, list[int]] = {key: [] for key in decoders}
+    busy = 0
     for prompt in prompts:
         seed = sample_seed(0, prompt.prompt_id, 0)
-        for name, p in parts.items():
-            generator = torch.Generator(args.device).manual_seed(seed)
-            synchronize(args.device)
-            start = time.perf_counter()
-            result = jacobi_decode(adapter, prompt.text, p, sampling, generator)
-            synchronize(args.device)
-            latency[name].append(time.perf_counter() - start)
-            nfe[name].append(result.stats.nfe)
+        for key, decoder in decoders.items():
+            timed = timed_decode(adapter, prompt.text, decoder, sampling, seed, device)
+            latency[key].append(timed.latency_s)
+            nfe[key].append(timed.result.stats.nfe)
+            busy += bool(timed.machine["busy"])
 
-    print(f"# model={adapter.name} W={args.window} prompts={len(prompts)} tokens/image={tokens} device={args.device} "
-          f"threads={torch.get_num_threads()} cpu={platform.processor() or platform.machine()} cores={os.cpu_count()}")
-    print(f"{'decoder':<12}{'NFE':>9}{'step x':>9}{'speedup':>9}{'lat ms':>10}")
-    for name in parts:
-        ratios = [a / b for a, b in zip(latency["ar"], latency[name])]
+    outside: dict[tuple, tuple[float, float]] = {}
+    if args.overhead_prompts:
+        timer = ForwardTimer(adapter, device)
+        for key, decoder in decoders.items():
+            timer.seconds, wall, iterations = 0.0, 0.0, 0
+            for prompt in prompts[: args.overhead_prompts]:
+                timed = timed_decode(timer, prompt.text, decoder, sampling, sample_seed(0, prompt.prompt_id, 0), device)
+                wall += timed.latency_s
+                iterations += timed.result.stats.iterations
+            outside[key] = (1 - timer.seconds / wall, 1000 * (wall - timer.seconds) / iterations)
+    costs = window_cost(adapter, prompts[0].text, args.windows, device)
+
+    tokens = adapter.layout.n_positions
+    print(f"# model={adapter.name} prompts={len(prompts)} tokens/image={tokens} device={device} threads={threads} "
+          f"cpu={cpu_model()} cpus={cpus_available()} load_1m={load_start}->{load_1m()} busy_decodes={busy}")
+    print("# speedup: geometric mean over prompts of AR/decoder latency, interleaved prompt by prompt; "
+          "outside: share of wall time outside model forwards; ms/it: that time per iteration")
+    print(f"{'decoder':<12}{'W':>4}{'NFE':>8}{'step x':>8}{'speedup':>9}{'lat ms':>9}{'outside':>9}{'ms/it':>8}")
+    for key in decoders:
+        name, width = key
+        ratios = [a / b for a, b in zip(latency[("ar", 1)], latency[key])]
         speedup = math.exp(statistics.fmean(math.log(r) for r in ratios))
-        mean_nfe = statistics.fmean(nfe[name])
-        print(f"{name:<12}{mean_nfe:>9.1f}{tokens / mean_nfe:>9.2f}{speedup:>9.2f}{1000 * statistics.fmean(latency[name]):>10.1f}")
+        mean_nfe = statistics.fmean(nfe[key])
+        share, per_iteration = outside.get(key, (float("nan"), float("nan")))
+        print(f"{name:<12}{width:>4}{mean_nfe:>8.1f}{tokens / mean_nfe:>8.2f}{speedup:>9.2f}"
+              f"{1000 * statistics.fmean(latency[key]):>9.1f}{share:>9.1%}{per_iteration:>8.2f}")
+    print("# window forward cost in AR steps (one W-token window forward / one 1-token forward, mid-image): "
+          + ", ".join(f"W={w}: {c:.2f}" for w, c in costs.items()))
+    sys.stdout.flush()
+    if busy:
+        print(f"# warning: {busy} decodes ran while the machine was busy (load above {cpus_available()} cores); "
+              "ratios are still paired, absolute times are not to be trusted", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def bootstrap_mean_ci(values: np.ndarray, resamples: int = 10_000, seed: int = 0
 
 
 def interim_clip_scores(results: Path) -> None:
-    """Toy CLIP-Score of every complete run's images, with the paired difference to its AR run."""
+    """Toy CLIP-Score of every toy run's images, with the paired difference to its AR run."""
     from PIL import Image
 
     from sjdbench.models.toy.clip import clip_score
@@ -61,7 +61,7 @@ def interim_clip_scores(results: Path) -> None:
     from sjdbench.store import RunStore, atomic_write_json
 
     runs = load_runs(results)
-    runs = runs[(runs["status"] == "complete") & (runs["model"] == "toy")]
+    runs = runs[runs["status"].isin(("complete", "partial")) & (runs["model"] == "toy")]
     per_run = {}
     for _, run in runs.iterrows():
         rows = [r for r in RunStore(results, run["run_id"]).rows() if r.get("image")]

@@ -2,6 +2,7 @@
 `sweep --eval` hook that scores each run of a sweep as it finishes."""
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import os
@@ -14,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sjdbench.errors import UserError
+from sjdbench.store import holds_final_samples
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
@@ -93,16 +95,16 @@ def select_runs(targets: list[str], root: Path) -> tuple[list[Path], list[str]]:
     notes, kept = [], []
     for run in dict.fromkeys(chosen):
         summary = _summary(run)
-        if not summary.get("complete"):
+        if not holds_final_samples(summary):
             if run in explicit:
-                raise UserError(f"run {run.name} is not complete; finish it first (re-run its command to resume)")
-            notes.append(f"{run.name} skipped: not complete")
+                raise UserError(f"run {run.name} is not finished; re-run its command to finish it")
+            notes.append(f"{run.name} skipped: not finished")
             continue
         if all(str(summary.get(k)) == v for k, v in filters.items()):
             kept.append(run)
     if filters and not kept:
         fields = "model, data, decoder, decoder_preset, decoder_family, seed, window"
-        notes.append(f"no complete run matches {' '.join(f'{k}={v}' for k, v in filters.items())} (summary fields: {fields})")
+        notes.append(f"no finished run matches {' '.join(f'{k}={v}' for k, v in filters.items())} (summary fields: {fields})")
     return kept, notes
 
 
@@ -322,7 +324,7 @@ class SweepScorer:
 
     def finish(self) -> None:
         runs = [self._root() / "runs" / p.run_id for p in self.plan.points]
-        done = [r for r in runs if _summary(r).get("complete")]
+        done = [r for r in runs if holds_final_samples(_summary(r))]
         outcomes = self._score(done)
         for outcome in outcomes:  # the added seed+1 AR runs have no floor of their own: expected
             if outcome.doc and outcome.doc.get("pending") and outcome.run_id not in self.floor_runs:
@@ -338,7 +340,7 @@ def with_noise_floor_runs(sweep, seed_offset: int):
     """The sweep plus, for each AR run in it, the AR run at seed + seed_offset (same everything else)."""
     from sjdbench.config import compose_run, decoder_spec
     from sjdbench.runner import plan as plan_run
-    from sjdbench.sweep import GridPoint, SweepPlan, sweep_identity
+    from sjdbench.sweep import GridPoint, sweep_identity
 
     points = list(sweep.points)
     seen = {(p.run_id, p.config.data.shard) for p in points}
@@ -351,6 +353,6 @@ def with_noise_floor_runs(sweep, seed_offset: int):
         run_id = plan_run(config)[0]
         if (run_id, config.data.shard) not in seen:
             seen.add((run_id, config.data.shard))
-            points.append(GridPoint(overrides, config, run_id, baseline=True))
+            points.append(GridPoint(overrides, config, run_id, baseline=True, remote_gpus=point.remote_gpus))
     sweep_id, directory = sweep_identity(points)
-    return SweepPlan(sweep_id, points, sweep.grid, sweep.fixed, directory)
+    return dataclasses.replace(sweep, sweep_id=sweep_id, points=points, directory=directory)

@@ -8,6 +8,8 @@ resolved and checked here, before any model loads. Run identity lives in identit
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -93,10 +95,11 @@ class RunConfig:
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     seed: int = 0
     samples_per_prompt: int = 1
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     results_dir: str = "results"
     save_images: bool = True
     warmup: int = 1  # untimed decodes before the first timed one
+    threads: Optional[int] = None  # torch CPU threads; null: 1 on CPU (measured, see machine.py), torch's default on GPU
 
 
 def group_choices(group: str) -> list[str]:
@@ -156,10 +159,32 @@ def _check_choices(overrides: list[str]) -> None:
         label = group.replace("/", ".")
         if choice == "":
             raise UserError(f"{label}= needs a value; choose one of: {', '.join(group_choices(group))}")
-        if "," in choice and not choice.startswith("["):
-            raise UserError(f"{label}={choice}: `run` takes one value per key; use `sjdbench sweep` for several")
+        if "," in choice:
+            several = choice.strip("[]")
+            raise UserError(f"{label}={choice}: one run has one {label.split('.')[-1]}; to run several, sweep over them: "
+                            f"sjdbench sweep {label}={several}")
         if re.fullmatch(r"[\w.-]+", choice) and choice not in group_choices(group):
             raise UserError(f"unknown {label} '{choice}'; choose one of: {', '.join(group_choices(group))}")
+
+
+def _check_syntax(overrides: list[str]) -> None:
+    """Every override parses and holds one value: a sweep (a,b or range()) belongs to `sweep`."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for word in overrides:
+        try:
+            parsed = parser.parse_overrides([word])[0]
+        except HydraException as error:
+            key, _, value = word.partition("=")
+            if value.startswith("="):
+                raise UserError(f"'{word}' has two '='; write {key}={value.lstrip('=')}") from None
+            reason = re.sub(r"\s*expecting \{.*", "", str(error).splitlines()[1] if len(str(error).splitlines()) > 1 else "")
+            raise UserError(f"cannot read override '{word}'{f' ({reason})' if reason else ''}; write key=value, and quote "
+                            "values with spaces or special characters: key='a value'") from None
+        if parsed.is_sweep_override():
+            raise UserError(f"{word}: `run` takes one value per key; to run several, use sjdbench sweep {word}")
 
 
 def _first_line(error: Exception) -> str:
@@ -216,6 +241,7 @@ def compose_raw(overrides: list[str], config_name: str = "config") -> Any:
             raise UserError(f"'{word}' is not an override; write key=value, e.g. decoder=sjd or decoder.window=32")
     overrides = normalize_overrides(overrides)
     _check_choices(overrides)
+    _check_syntax(overrides)
     register_schema()
     extra = config_dirs()[1:]
     if extra:
@@ -251,11 +277,59 @@ def compose_run(overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
     return to_run_config(compose_raw(list(overrides)))
 
 
+def check_sampling(values: dict[str, Any], where: str, image_tokens: int | None = None) -> None:
+    """Range checks of sampling knobs (None = unset). `where` prefixes the key in the message:
+    "sampling." for overrides, "model.options." for a model's defaults."""
+    for key, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"{where}{key} must be a finite number, got {value}")
+    temperature, top_p = values.get("temperature"), values.get("top_p")
+    cfg_scale, top_k = values.get("cfg_scale"), values.get("top_k")
+    if temperature is not None and temperature < 0:
+        raise UserError(f"{where}temperature must be >= 0 (0 = greedy), got {temperature}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise UserError(f"{where}top_p must be in (0, 1] (1 = off), got {top_p}")
+    if cfg_scale is not None and cfg_scale < 0:
+        raise UserError(f"{where}cfg_scale must be >= 0 (1 = no guidance), got {cfg_scale}")
+    if top_k is not None and top_k < 0:
+        raise UserError(f"{where}top_k must be >= 0 (0 = off), got {top_k}")
+    if top_k is not None and image_tokens is not None and top_k > image_tokens:
+        raise UserError(f"{where}top_k={top_k} exceeds the model's {image_tokens} image tokens; "
+                        f"use 1..{image_tokens}, or 0 for no top-k")
+
+
+SAMPLING_KEYS = ("cfg_scale", "temperature", "top_k", "top_p")
+
+
+def model_sampling_options(config: RunConfig) -> dict[str, Any]:
+    """Sampling defaults set through model.options (e.g. the toy's model.options.top_k)."""
+    return {k: v for k, v in dict(config.model.options).items() if k in SAMPLING_KEYS and isinstance(v, (int, float))}
+
+
+def _check_finite_knobs(spec: Any) -> None:
+    """NaN or inf in any float knob of any part (a NaN slips through every `x < 0` range check)."""
+    def visit(part: Any, where: str) -> None:
+        for knob, value in part.knobs().items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise UserError(f"{where}.{knob} must be a finite number, got {value}")
+        for key, child in part.children.items():
+            visit(child, f"{where}.{key}")
+
+    for kind, part in spec.parts().items():
+        visit(part, f"decoder.{kind}")
+
+
 def validate(config: RunConfig) -> None:
     """Checks Hydra cannot make: value ranges and part names (the decoder resolves all its parts)."""
-    decoder_spec(config)
+    _check_finite_knobs(decoder_spec(config))
     if config.samples_per_prompt < 1:
         raise UserError("samples_per_prompt must be >= 1")
+    if config.warmup < 0:
+        raise UserError(f"warmup must be >= 0 (untimed decodes before the first timed one), got {config.warmup}")
+    if config.threads is not None and config.threads < 1:
+        raise UserError(f"threads must be >= 1 (or null for the measured default), got {config.threads}")
+    check_sampling(dataclasses.asdict(config.sampling), "sampling.")
+    check_sampling(model_sampling_options(config), "model.options.")
     if config.data.limit is not None and config.data.limit < 1:
         raise UserError("data.limit must be >= 1 (or null for all prompts)")
     if config.data.shard is not None and not re.fullmatch(r"\d+/\d+", config.data.shard):

@@ -130,10 +130,10 @@ def is_ar(run: RunView) -> bool:
     return run.summary.get("decoder_family") == "ar"
 
 
-_OPENED: dict[Path, RunView] = {}  # complete runs read during one score() call (they do not change meanwhile)
+_OPENED: dict[Path, RunView] = {}  # runs read during one score() call (they do not change meanwhile)
 
 
-def _open_if_complete(root: Path, run_id: str) -> tuple[Optional[RunView], str]:
+def _open_run_with_samples(root: Path, run_id: str) -> tuple[Optional[RunView], str]:
     folder = root / "runs" / run_id
     if folder in _OPENED:
         return _OPENED[folder], ""
@@ -212,7 +212,7 @@ def _comparisons(evaluator: Evaluator, run: RunView, config: EvalConfig, vectors
     def vectors_of(other_id: str, what: str) -> np.ndarray | None:
         if other_id == run.run_id:
             return vectors
-        other, why = _open_if_complete(root, other_id)
+        other, why = _open_run_with_samples(root, other_id)
         if other is None:
             pending.append(f"{what}: {why}")
             return None

@@ -1,39 +1,112 @@
-"""Run one configuration: load the model once, decode every (prompt, sample) not yet stored, and
-write rows, images and the summary. Re-running the same command resumes; a complete run is
-reported, not redone.
+"""Run one configuration (or several, timed side by side): load the model once, decode every
+(prompt, sample) not yet stored, and write rows, images and the summary. Re-running the same
+command resumes; a complete run is reported, not redone.
+
+Everything that can be wrong with the input is checked by `preflight` before any model loads
+(prompt file, device, weight files, sampling ranges, results folder, store schema), so a typo
+costs a second, not a model load. Each sample is timed by `timed_decode` (device-synchronised,
+with the machine's state); `make bench` times through the same function.
+
+Timing modes, recorded in every row as `timing = {mode, session}`:
+- `single`: one run decodes its prompts on its own (`sjdbench run`);
+- `paired`: several runs of one model and prompt selection (a decoder and its AR baseline) decode
+  prompt by prompt, interleaved, in one process (`sjdbench sweep --timing paired`), so rows with
+  the same session, prompt and sample were timed in the same machine state and their latency
+  ratio is trustworthy.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import time
+import uuid
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
 from sjdbench.adapter import Sampling
-from sjdbench.config import RunConfig, decoder_spec, results_root, to_yaml
-from sjdbench.datasets import Prompt, load_prompts
+from sjdbench.config import (
+    RunConfig,
+    check_sampling,
+    decoder_spec,
+    model_sampling_options,
+    results_root,
+    to_yaml,
+)
+from sjdbench.datasets import Prompt, load_prompt_set
 from sjdbench.decoding.build import resolved_settings
-from sjdbench.decoding.loop import jacobi_decode
+from sjdbench.decoding.loop import DecodeResult, Decoder, jacobi_decode
+from sjdbench.errors import Interrupted, NonFiniteLogits
 from sjdbench.identity import SCHEMA, family, label, run_id_for
-from sjdbench.models.registry import build_adapter, resolve_device, weights_fingerprint
-from sjdbench.store import RunStore, environment, save_png
+from sjdbench.machine import apply_threads, load_1m, snapshot
+from sjdbench.models.registry import (
+    build_adapter,
+    check_options,
+    image_token_count,
+    remote_device,
+    resolve_device,
+    verify_weights,
+    weights_fingerprint,
+)
+from sjdbench.store import RunStore, StoreError, check_results_root, environment, save_png
 from sjdbench.summary import summarize
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[int, int, Optional[dict]], None]  # (done, total, last row)
+TIMING_MODES = ("single", "paired")
+
+
+class Reporter:
+    """What a run tells its caller while it works (the CLI prints it; the default says nothing)."""
+
+    def begin(self, label: str) -> None:
+        """A new run (or paired group of runs) starts reporting under this name."""
+
+    def model_loading(self, name: str, device: str) -> None:
+        pass
+
+    def model_loaded(self, name: str, seconds: float) -> None:
+        pass
+
+    def sample_done(self, done: int, total: int, row: Optional[dict]) -> None:
+        pass
 
 
 @dataclass
 class RunOutcome:
     run_id: str
     run_dir: str
-    status: str  # "complete" (already done) | "finished" | "partial"
+    status: str  # "complete" (already done) | "finished" (the selection is done) | "partial" | "failed"
     summary: dict
     new_samples: int
+    error: Optional[str] = None  # why it failed (paired runs that go on without it)
+
+
+@dataclass
+class RunPlan:
+    """A run as known before any model loads: all its inputs checked."""
+
+    config: RunConfig
+    run_id: str
+    prompts: list[Prompt]  # the selection: data.limit, then data.shard
+    set_size: int  # prompts in the whole set
+    sha: str
+    device: str
+    weights: Optional[str]
+
+    @property
+    def wanted(self) -> list[tuple[Prompt, int]]:
+        return [(p, s) for p in self.prompts for s in range(self.config.samples_per_prompt)]
+
+    @property
+    def n_set(self) -> int:
+        """Samples in the whole prompt set: the run is complete when all are stored."""
+        return self.set_size * self.config.samples_per_prompt
+
+    def store(self) -> RunStore:
+        return RunStore(results_root(self.config), self.run_id, self.config.data.shard)
 
 
 def sample_seed(run_seed: int, prompt_id: int, sample: int) -> int:
@@ -52,95 +125,229 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def plan(config: RunConfig) -> tuple[str, list[Prompt], str, str]:
-    """(run_id, selected prompts, prompt-set sha, device) without loading any model."""
-    prompts, sha = load_prompts(config.data)
-    device = resolve_device(config.device)
-    weights = weights_fingerprint(config.model.name, dict(config.model.options))
-    return run_id_for(config, sha, device.split(":")[0], weights), prompts, sha, device
+def preflight(config: RunConfig, remote_gpus: Optional[int] = None) -> RunPlan:
+    """Every check that needs no model: prompts, device, weight files, sampling ranges against the
+    model's vocabulary, the results folder and the store's schema. Writes nothing.
+
+    remote_gpus: the run will execute on another machine (a Slurm job) with that many GPUs, so the
+    device is resolved as it will be there, not on this machine."""
+    prompt_set = load_prompt_set(config.data)
+    device = resolve_device(config.device) if remote_gpus is None else remote_device(config.device, remote_gpus)
+    options = dict(config.model.options)
+    check_options(config.model.name, options)
+    weights = weights_fingerprint(config.model.name, options)
+    verify_weights(config.model.name, options)
+    image_tokens = image_token_count(config.model.name, options)
+    check_sampling(asdict(config.sampling), "sampling.", image_tokens)
+    check_sampling(model_sampling_options(config), "model.options.", image_tokens)
+    root = results_root(config)
+    check_results_root(root)
+    run_id = run_id_for(config, prompt_set.sha, device.split(":")[0], weights)
+    plan_ = RunPlan(config, run_id, prompt_set.selected, prompt_set.size, prompt_set.sha, device, weights)
+    plan_.store().check_schema()
+    return plan_
 
 
-def execute(config: RunConfig, progress: Progress | None = None, adapter: Any = None, limit_new: int | None = None) -> RunOutcome:
-    """Run (or resume) one configuration. `adapter` lets sweeps reuse loaded weights;
-    `limit_new` stops after that many new samples (for tests of interruption)."""
-    run_id, prompts, sha, device = plan(config)
-    store = RunStore(results_root(config), run_id, config.data.shard)
-    wanted = [(p, s) for p in prompts for s in range(config.samples_per_prompt)]
-    done = store.done_keys()
-    todo = [(p, s) for p, s in wanted if (p.prompt_id, s) not in done]
-    if not todo:  # nothing to decode: report (and refresh) the summary without loading the model
-        summary = finish(config, store, wanted, run_id, device)
-        return RunOutcome(run_id, str(store.dir), "complete", summary, 0)
+def plan(config: RunConfig, remote_gpus: Optional[int] = None) -> tuple[str, list[Prompt], str, str]:
+    """(run_id, selected prompts, prompt-set sha, device), after every check of `preflight`."""
+    checked = preflight(config, remote_gpus)
+    return checked.run_id, checked.prompts, checked.sha, checked.device
 
-    if adapter is None:
-        adapter = build_adapter(config.model.name, dict(config.model.options), device)
-    spec = decoder_spec(config)
-    decoder = spec.build(adapter)
-    sampling = resolve_sampling(adapter.default_sampling, config.sampling)
-    resolved = {"sampling": asdict(sampling), "weights": weights_fingerprint(config.model.name, dict(config.model.options)),
-                "decoder_spec": spec.identity(), "schema": SCHEMA, **resolved_settings(decoder)}
-    store.prepare(to_yaml(config), {**environment(device), "prompts_sha": sha, **resolved})
 
-    if todo and config.warmup:
-        for i in range(config.warmup):  # untimed: first-call allocations and lazy init
-            jacobi_decode(adapter, todo[0][0].text, decoder, sampling, torch.Generator(device).manual_seed(i))
+@dataclass
+class TimedDecode:
+    result: DecodeResult
+    latency_s: float  # wall time of the decode, the device synchronised before and after
+    machine: dict  # machine.snapshot(): load, CPUs, threads, busy, CPU/GPU model
 
-    new = 0
-    if progress:
-        progress(len(wanted) - len(todo), len(wanted), None)
-    for prompt, sample in todo:
-        if limit_new is not None and new >= limit_new:
-            break
-        generator = torch.Generator(device).manual_seed(sample_seed(config.seed, prompt.prompt_id, sample))
-        synchronize(device)
-        start = time.perf_counter()
-        result = jacobi_decode(adapter, prompt.text, decoder, sampling, generator)
-        synchronize(device)
-        latency = time.perf_counter() - start
+
+def timed_decode(adapter: Any, prompt_text: str, decoder: Decoder, sampling: Sampling, seed: int, device: str) -> TimedDecode:
+    """The one timed decode: `run`, `sweep` and `make bench` all measure latency through it."""
+    generator = torch.Generator(device).manual_seed(seed)
+    load_before = load_1m()
+    synchronize(device)
+    start = time.perf_counter()
+    result = jacobi_decode(adapter, prompt_text, decoder, sampling, generator)
+    synchronize(device)
+    latency = time.perf_counter() - start
+    return TimedDecode(result, latency, snapshot(device, load_before))
+
+
+def load_model(plan_: RunPlan, reporter: Reporter) -> Any:
+    config = plan_.config
+    reporter.model_loading(config.model.name, plan_.device)
+    start = time.perf_counter()
+    adapter = build_adapter(config.model.name, dict(config.model.options), plan_.device)
+    reporter.model_loaded(config.model.name, time.perf_counter() - start)
+    return adapter
+
+
+class RunWriter:
+    """One run open for writing (its lock held by the caller): the decoder built against the
+    model, rows appended as samples finish."""
+
+    def __init__(self, plan_: RunPlan, adapter: Any, timing: dict) -> None:
+        self.plan = plan_
+        self.store = plan_.store()
+        self.adapter = adapter
+        self.timing = timing
+        config = plan_.config
+        done = self.store.done_keys()
+        self.todo = [(p, s) for p, s in plan_.wanted if (p.prompt_id, s) not in done]
+        self.new = 0
+        if not self.todo:
+            return
+        spec = decoder_spec(config)
+        self.decoder = spec.build(adapter)
+        self.sampling = resolve_sampling(adapter.default_sampling, config.sampling)
+        check_sampling(asdict(self.sampling), "sampling.", len(adapter.image_token_ids))  # models without a pre-load count
+        resolved = {"sampling": asdict(self.sampling), "weights": plan_.weights, "decoder_spec": spec.identity(),
+                    "schema": SCHEMA, **resolved_settings(self.decoder)}
+        self.store.prepare(to_yaml(config), {**environment(plan_.device), "prompts_sha": plan_.sha, **resolved})
+
+    @property
+    def done(self) -> int:
+        return len(self.plan.wanted) - len(self.todo) + self.new
+
+    def warmup(self) -> None:
+        """Untimed decodes: first-call allocations and lazy initialisation stay out of the latencies."""
+        for i in range(self.plan.config.warmup if self.todo else 0):
+            jacobi_decode(self.adapter, self.todo[0][0].text, self.decoder, self.sampling,
+                          torch.Generator(self.plan.device).manual_seed(i))
+
+    def decode(self, prompt: Prompt, sample: int) -> dict:
+        config, device = self.plan.config, self.plan.device
+        seed = sample_seed(config.seed, prompt.prompt_id, sample)
+        try:
+            timed = timed_decode(self.adapter, prompt.text, self.decoder, self.sampling, seed, device)
+        except NonFiniteLogits as error:
+            shown = prompt.text if len(prompt.text) <= 40 else prompt.text[:39] + "…"
+            raise NonFiniteLogits(error.position, f"{prompt.prompt_id} ('{shown}') sample {sample} of run {self.plan.run_id}") from None
+        result = timed.result
         image_name = f"{prompt.prompt_id:06d}_{sample}.png"
         if config.save_images:
-            save_png(store.images / image_name, adapter.decode(result.tokens))
+            save_png(self.store.images / image_name, self.adapter.decode(result.tokens))
         row = {
             "prompt_id": prompt.prompt_id,
             "sample": sample,
             "prompt": prompt.text,
-            "seed": sample_seed(config.seed, prompt.prompt_id, sample),
-            "latency_s": latency,
+            "seed": seed,
+            "latency_s": timed.latency_s,
+            "machine": timed.machine,
+            "timing": self.timing,
             **result.stats.to_row(),
             "tokens": result.tokens.tolist(),
             "image": f"images/{image_name}" if config.save_images else None,
         }
-        store.append(row)
-        new += 1
-        if progress:
-            progress(len(wanted) - len(todo) + new, len(wanted), row)
+        self.store.append(row)
+        self.new += 1
+        return row
 
-    summary = finish(config, store, wanted, run_id, device)
-    return RunOutcome(run_id, str(store.dir), "finished" if summary["complete"] else "partial", summary, new)
+    def finish(self) -> RunOutcome:
+        summary = write_summary(self.plan, self.store)
+        selection_done = self.done == len(self.plan.wanted)
+        status = "complete" if self.new == 0 and selection_done else ("finished" if selection_done else "partial")
+        return RunOutcome(self.plan.run_id, str(self.store.dir), status, summary, self.new)
 
 
-def finish(config: RunConfig, store: RunStore, wanted: list, run_id: str, device: str) -> dict:
-    """Summarise the wanted rows; summary.json (written last, atomically) marks a complete run."""
-    keys = {(p.prompt_id, s) for p, s in wanted}
-    rows = [r for r in store.rows() if (r["prompt_id"], r.get("sample", 0)) in keys]
-    complete = len(rows) == len(wanted)
-    summary = {
-        **summarize(rows),
-        "run_id": run_id,
+def summary_of(plan_: RunPlan, rows: list[dict]) -> dict:
+    """The run's summary over every row present; complete only when the whole prompt set is done."""
+    config = plan_.config
+    in_set = [r for r in rows if r["prompt_id"] < plan_.set_size and r.get("sample", 0) < config.samples_per_prompt]
+    wanted = wanted_keys(plan_)
+    spec = decoder_spec(config)
+    return {
+        **summarize(in_set),
+        "run_id": plan_.run_id,
         "model": config.model.name,
         "decoder": label(config),  # the preset plus every knob that differs from it
         "decoder_preset": config.decoder.name,
-        "decoder_family": family(decoder_spec(config)),
-        "decoder_spec": decoder_spec(config).identity(),
+        "decoder_family": family(spec),
+        "decoder_spec": spec.identity(),
         "window": config.decoder.window,
         "growth_steps": config.decoder.growth_steps,
         "schema": SCHEMA,
         "data": config.data.name,
         "seed": config.seed,
-        "device": device,
-        "n_wanted": len(wanted),
-        "complete": complete,
+        "device": plan_.device,
+        "n_wanted": plan_.n_set,  # samples in the whole prompt set
+        "complete": len(in_set) == plan_.n_set,
+        # the selection of the command that wrote this summary (data.limit, data.shard): `finished`
+        # when every sample it asked for is stored, so a `data.limit=16` run can be scored and
+        # reported over its 16 prompts while an interrupted one cannot
+        "selection_n": len(wanted),
+        "finished": wanted <= {(r["prompt_id"], r.get("sample", 0)) for r in in_set},
     }
-    if config.data.shard is None and rows:
-        store.write_summary(summary)
-    return summary
+
+
+def write_summary(plan_: RunPlan, store: RunStore) -> dict:
+    return store.write_summary(lambda rows: summary_of(plan_, rows))
+
+
+def new_timing(mode: str) -> dict:
+    return {"mode": mode, "session": uuid.uuid4().hex[:12]}
+
+
+def execute_runs(plans: list[RunPlan], adapter: Any = None, reporter: Optional[Reporter] = None,
+                 timing_mode: str = "single", limit_new: Optional[int] = None, keep_going: bool = False) -> list[RunOutcome]:
+    """Run (or resume) runs of one model: their missing samples decoded prompt by prompt, each
+    prompt by every run in turn (paired timing), under each run's write lock.
+
+    `adapter` lets sweeps reuse loaded weights; `limit_new` stops after that many new samples (for
+    tests of interruption); `keep_going`: a run whose decode fails is reported as failed and the
+    others go on. Ctrl-C raises `Interrupted(done, total)`; every finished row is stored.
+    """
+    reporter = reporter or Reporter()
+    timing = new_timing(timing_mode)
+    writers: list[RunWriter] = []
+    with contextlib.ExitStack() as locks:
+        try:
+            stores = [locks.enter_context(p.store().writer()) for p in plans]
+            if any(len(wanted_keys(p) - s.done_keys()) for p, s in zip(plans, stores)):
+                apply_threads(plans[0].config.threads, plans[0].device)
+                adapter = adapter if adapter is not None else load_model(plans[0], reporter)
+            writers = [RunWriter(p, adapter, timing) for p in plans]
+            total = sum(len(w.plan.wanted) for w in writers)
+            reporter.sample_done(sum(w.done for w in writers), total, None)
+            for writer in writers:
+                writer.warmup()
+            order = sorted({key for w in writers for key in w.todo}, key=lambda k: (k[0].prompt_id, k[1]))  # prompt by prompt
+            todo = [set(w.todo) for w in writers]
+            failed: dict[int, str] = {}
+            new = 0
+            for key in order:
+                for i, (writer, missing) in enumerate(zip(writers, todo)):
+                    if key not in missing or i in failed or (limit_new is not None and new >= limit_new):
+                        continue
+                    try:
+                        row = writer.decode(*key)
+                    except Exception as error:  # noqa: BLE001 - with keep_going the other runs go on
+                        if not keep_going or isinstance(error, StoreError):
+                            raise
+                        failed[i] = f"{type(error).__name__}: {error}"
+                        log.warning("run %s failed: %s", writer.plan.run_id, failed[i])
+                        continue
+                    new += 1
+                    reporter.sample_done(sum(w.done for w in writers), total, row)
+        except BaseException as error:
+            for writer in writers:  # summaries of what is there, so the store reads true
+                with contextlib.suppress(Exception):
+                    writer.finish()
+            if isinstance(error, KeyboardInterrupt):
+                finished = sum(len(wanted_keys(p) & p.store().done_keys()) for p in plans)
+                raise Interrupted(finished, sum(len(p.wanted) for p in plans)) from None
+            raise
+        outcomes = [writer.finish() for writer in writers]
+        for i, message in failed.items():
+            outcomes[i] = replace(outcomes[i], status="failed", error=message)
+        return outcomes
+
+
+def wanted_keys(plan_: RunPlan) -> set[tuple[int, int]]:
+    return {(p.prompt_id, s) for p, s in plan_.wanted}
+
+
+def execute(config: RunConfig, progress: Optional[Reporter] = None, adapter: Any = None,
+            limit_new: Optional[int] = None) -> RunOutcome:
+    """Run (or resume) one configuration on its own (timing mode `single`)."""
+    return execute_runs([preflight(config)], adapter, progress, "single", limit_new)[0]

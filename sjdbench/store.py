@@ -1,12 +1,26 @@
 """Results store: `results/runs/<run_id>/{config.yaml, env.json, samples*.jsonl, images/, summary.json}`.
 
-Nothing is ever lost: each sample row is appended with one O_APPEND write and fsync (a torn last line
-from a crash is ignored on read), images and JSON files are written to a temp file and renamed, and
-`summary.json` is written last. Shards append to their own `samples.<i>of<n>.jsonl`; readers merge
-all sample files by (prompt_id, sample).
+Nothing is ever lost or glued together:
+- each sample row is appended with O_APPEND writes and fsync; a torn last line left by a kill is
+  truncated (it was never a finished sample) before the next writer appends, and ignored on read;
+- images and JSON files are written to a temp file and renamed;
+- one process at a time writes a run's sample file: a second `run` of the same run id (same
+  shard) is refused with one line while the first holds the lock (`fcntl.flock`, released by the
+  kernel when the holder dies, so a killed run never leaves a stale lock);
+- `summary.json` is recomputed from every row present, under its own lock, so concurrent shards
+  never overwrite a newer summary with an older one;
+- a store written by a newer sjdbench (`schema` in store.json, env.json or summary.json) is
+  refused rather than half-understood;
+- write failures (disk full, read-only, a file where a folder should be) become one-line errors
+  that say what to do; the rows already written stay valid.
+
+Shards append to their own `samples.<i>of<n>.jsonl`; readers merge all sample files by
+(prompt_id, sample), first write wins.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import os
@@ -14,20 +28,76 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 
+from sjdbench.errors import UserError
+
 log = logging.getLogger(__name__)
+
+MARKER = "store.json"  # at the results root: {"schema": n}, the newest schema that wrote here
+
+
+class StoreError(UserError):
+    """A write to the results store failed; the message names the file and the fix."""
+
+
+def _schema() -> int:
+    from sjdbench.identity import SCHEMA
+
+    return SCHEMA
+
+
+def describe_os_error(error: OSError, path: Path) -> str:
+    """One line: what failed, where, and what to do about it."""
+    code = error.errno
+    reason = error.strerror or type(error).__name__
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free some space (or set results_dir elsewhere), then re-run the same command to resume; finished samples are saved"
+    elif code == errno.EFBIG:
+        fix = "raise the file size limit (ulimit -f), then re-run the same command to resume; finished samples are saved"
+    elif code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        fix = "choose a writable results_dir (results_dir=DIR or $SJDBENCH_RESULTS)"
+    elif code in (errno.ENOTDIR, errno.EEXIST):
+        fix = "a file is in the way of a results folder; choose another results_dir"
+    else:
+        fix = "check the results_dir, then re-run the same command to resume"
+    return f"cannot write {path}: {reason}; {fix}"
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as error:
+        raise StoreError(describe_os_error(error, path)) from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write may write less than asked (signals, nearly full disks): loop until done."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    with _writing(path):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -39,21 +109,22 @@ def atomic_write_json(path: Path, obj) -> None:
 
 
 def append_jsonl(path: Path, row: dict) -> None:
-    """One write call per row: concurrent appenders never interleave within a line."""
+    """One row = one line, written with O_APPEND and fsync'd before the call returns."""
     line = (json.dumps(row, separators=(",", ":")) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with _writing(path):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            _write_all(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def read_jsonl(path: Path) -> list[dict]:
     rows = []
     if not path.exists():
         return rows
-    with path.open(encoding="utf-8") as handle:
+    with path.open(encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, 1):
             line = line.strip()
             if not line:
@@ -63,6 +134,39 @@ def read_jsonl(path: Path) -> list[dict]:
             except json.JSONDecodeError:
                 log.warning("%s:%d is a torn line (interrupted write); ignored", path, number)
     return rows
+
+
+def truncate_torn_tail(path: Path) -> int:
+    """Cut a last line that has no newline (a write killed half-way); returns the bytes removed.
+
+    Such a line never held a finished sample (a row counts once its newline is on disk), so
+    removing it loses nothing, and the next append starts on a line of its own.
+    """
+    if not path.exists():
+        return 0
+    with _writing(path), open(path, "r+b") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        handle.seek(size - 1)
+        if handle.read(1) == b"\n":
+            return 0
+        keep, chunk = 0, 1 << 16
+        end = size
+        while end > 0:  # scan backwards for the last newline
+            start = max(0, end - chunk)
+            handle.seek(start)
+            block = handle.read(end - start)
+            cut = block.rfind(b"\n")
+            if cut >= 0:
+                keep = start + cut + 1
+                break
+            end = start
+        handle.truncate(keep)
+        handle.flush()
+        os.fsync(handle.fileno())
+    log.warning("%s: removed a torn last line (%d bytes) left by an interrupted write", path, size - keep)
+    return size - keep
 
 
 def save_png(path: Path, image: np.ndarray) -> None:
@@ -76,10 +180,86 @@ def save_png(path: Path, image: np.ndarray) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def _newer_schema(path: Path) -> int | None:
+    """The schema recorded in a JSON file if it is newer than ours, else None."""
+    try:
+        schema = json.loads(path.read_text()).get("schema")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return schema if isinstance(schema, int) and schema > _schema() else None
+
+
+def refuse_newer(path: Path, what: str) -> None:
+    schema = _newer_schema(path)
+    if schema is not None:
+        raise UserError(f"{what} was written by a newer sjdbench (schema {schema}; this one reads up to {_schema()}); "
+                        "upgrade sjdbench (pip install -U sjdbench) or choose another results_dir")
+
+
+def _writable(folder: Path) -> bool:
+    """access(2) also reports read-only file systems, for root too."""
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def check_results_root(root: Path) -> None:
+    """Before any model loads: the results root can be created and written, and was not written
+    by a newer sjdbench. Nothing is created here."""
+    root = Path(root)
+    probe = root
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        where = "is a file" if probe == root else f"is under {probe}, which is a file"
+        raise UserError(f"results_dir {root} {where}, not a folder; choose another results_dir (results_dir=DIR)")
+    if not _writable(probe):
+        raise UserError(f"results_dir {root} is not writable ({probe} is read-only for this user); "
+                        "choose a writable results_dir (results_dir=DIR or $SJDBENCH_RESULTS)")
+    refuse_newer(root / MARKER, f"results_dir {root}")
+
+
+def mark_root(root: Path) -> None:
+    """Record (once) which schema writes this store; newer readers keep it, older ones refuse."""
+    marker = Path(root) / MARKER
+    if not marker.exists():
+        atomic_write_json(marker, {"schema": _schema()})
+
+
+@contextlib.contextmanager
+def _flock(path: Path, blocking: bool) -> Iterator[bool]:
+    """An exclusive advisory lock on `path`; yields False (without the lock) when another process
+    holds it and blocking is False."""
+    import fcntl
+
+    with _writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {platform.node()}".encode())
+        yield True
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def holds_final_samples(summary: dict | None) -> bool:
+    """Whether a run can be scored and reported: its whole prompt set is stored (`complete`), or every
+    sample the command that last wrote it asked for (`finished`: a `data.limit` run). An interrupted
+    run is neither until its command is re-run."""
+    return bool(summary) and bool(summary.get("n_samples")) and bool(summary.get("complete") or summary.get("finished"))
+
+
 class RunStore:
     def __init__(self, root: Path, run_id: str, shard: str | None = None) -> None:
+        self.root = Path(root)
         self.run_id = run_id
-        self.dir = Path(root) / "runs" / run_id
+        self.dir = self.root / "runs" / run_id
         self.images = self.dir / "images"
         suffix = "" if not shard else "." + shard.replace("/", "of")
         self.samples_path = self.dir / f"samples{suffix}.jsonl"
@@ -88,8 +268,35 @@ class RunStore:
     def summary_path(self) -> Path:
         return self.dir / "summary.json"
 
+    @property
+    def lock_path(self) -> Path:
+        return self.dir / f".{self.samples_path.name}.lock"
+
+    def check_schema(self) -> None:
+        """Refuse a run directory written by a newer sjdbench."""
+        for name in ("env.json", "summary.json"):
+            refuse_newer(self.dir / name, f"run {self.run_id}")
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator["RunStore"]:
+        """Hold the run's write lock; refuse with one line if another process holds it. On entry a
+        torn last line (from a killed writer) is truncated, so appends never glue onto it."""
+        self.check_schema()
+        with _flock(self.lock_path, blocking=False) as acquired:
+            if not acquired:
+                holder = ""
+                with contextlib.suppress(OSError):
+                    holder = self.lock_path.read_text().strip()
+                raise UserError(f"run {self.run_id} is being written by another sjdbench process"
+                                f"{f' ({holder})' if holder else ''}; wait for it to finish (re-running then resumes "
+                                "anything left), or give this run another results_dir")
+            truncate_torn_tail(self.samples_path)
+            yield self
+
     def prepare(self, config_yaml: str, env: dict) -> None:
-        self.images.mkdir(parents=True, exist_ok=True)
+        with _writing(self.images):
+            self.images.mkdir(parents=True, exist_ok=True)
+        mark_root(self.root)
         atomic_write_text(self.dir / "config.yaml", config_yaml)
         atomic_write_json(self.dir / "env.json", env)
 
@@ -115,8 +322,14 @@ class RunStore:
             return None
         return json.loads(self.summary_path.read_text())
 
-    def write_summary(self, summary: dict) -> None:
-        atomic_write_json(self.summary_path, summary)
+    def write_summary(self, summarise: Callable[[list[dict]], dict]) -> dict:
+        """Recompute the summary from every row present and write it, under the summary lock, so the
+        last writer always saw the most rows (shards finishing at once cannot regress it)."""
+        with _flock(self.dir / ".summary.lock", blocking=True):
+            summary = summarise(self.rows())
+            if summary.get("n_samples"):
+                atomic_write_json(self.summary_path, summary)
+        return summary
 
 
 def git_commit() -> str | None:
@@ -131,6 +344,8 @@ def git_commit() -> str | None:
 def environment(device: str, dtype: str = "float32") -> dict:
     import torch
 
+    from sjdbench.machine import cpu_model, cpus_available, gpu_model
+
     info = {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -139,10 +354,13 @@ def environment(device: str, dtype: str = "float32") -> dict:
         "dtype": dtype,
         "torch_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
+        "cpus_available": cpus_available(),
+        "cpu": cpu_model(),
         "git_commit": git_commit(),
     }
-    if device.startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    gpu = gpu_model(device)
+    if gpu:
+        info["gpu"] = gpu
     try:
         from importlib.metadata import version
 

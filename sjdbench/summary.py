@@ -1,4 +1,11 @@
-"""Aggregate per-sample rows into the run summary (field names listed in docs/DESIGN.md)."""
+"""Aggregate per-sample rows into the run summary (field names listed in docs/DESIGN.md).
+
+Latency fields come with how far to trust them: `busy_samples` counts rows timed while the machine
+was oversubscribed (see machine.py), `latency_trusted` is true only when no row was and every row
+recorded its machine state, and `timing_modes` counts rows per timing mode (`single`: one run
+decoded on its own; `paired`: interleaved prompt by prompt with the runs it is compared with, so
+ratios between them come from the same machine state).
+"""
 from __future__ import annotations
 
 import statistics
@@ -40,4 +47,23 @@ def summarize(rows: list[dict]) -> dict:
         "growth_share_at_verify": _ratio(total("verify_grew_accepted"), total("verify_eligible_accepted")),
         "accept_len_hist": _pooled_list(rows, "accept_len_hist"),
         "slot_acceptance": [_ratio(a, v) for a, v in zip(_pooled_list(rows, "slot_accepted"), _pooled_list(rows, "slot_verified"))],
+        **latency_trust(rows),
+    }
+
+
+def latency_trust(rows: list[dict]) -> dict:
+    """How many latencies were taken on a busy machine, and from which timing modes."""
+    machines = [r.get("machine") for r in rows]
+    busy = sum(1 for m in machines if m and m.get("busy"))
+    unknown = sum(1 for m in machines if not m)
+    modes: dict[str, int] = {}
+    for r in rows:
+        mode = (r.get("timing") or {}).get("mode", "unrecorded")
+        modes[mode] = modes.get(mode, 0) + 1
+    loads = [m["load_1m"] for m in machines if m and m.get("load_1m") is not None]
+    return {
+        "busy_samples": busy,
+        "latency_trusted": busy == 0 and unknown == 0,
+        "load_1m_max": max(loads) if loads else None,
+        "timing_modes": modes,
     }

@@ -4,10 +4,18 @@ executor (local, submitit/Slurm, Ray), resumable at the run and prompt level.
     sjdbench sweep decoder=sjd,sjd_vp decoder.window=16,32,64 model=toy data=toy
     sjdbench sweep +sweep=window data.limit=8 --dry-run
 
-Every grid point is composed and validated before anything runs; the AR baseline of every
+Every grid point is composed and checked (everything `runner.preflight` checks: prompts, device,
+weights, sampling ranges, results folder) before anything runs; the AR baseline of every
 (model, data, seed, sampling) in the grid is added automatically (needed for speedups). A sweep is
 keyed by its set of run ids, so re-running the same command finds the same `sweep.yaml`, skips
 finished runs, and resumes partial ones where they stopped.
+
+Timing (`--timing` or `sweep.timing=`): `paired` (the local default) decodes the runs that share a
+model and prompt selection (each decoder and its AR baseline) prompt by prompt, interleaved in one
+process, like `make bench`, so their latency ratios come from the same machine state; `single`
+runs one run after another (the default for submitit and Ray, whose jobs are separate runs). A
+paired group is one job on every executor. `latency_comparisons` pairs rows by timing session and
+says when a ratio is not paired.
 """
 from __future__ import annotations
 
@@ -15,6 +23,10 @@ import dataclasses
 import hashlib
 import itertools
 import logging
+import math
+import shutil
+import statistics
+import subprocess
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -23,14 +35,27 @@ from typing import Callable, Optional
 
 import yaml
 
-from sjdbench.config import RunConfig, compose_run, group_choices, normalize_overrides, results_root
+from sjdbench.config import RunConfig, available_groups, compose_run, group_choices, normalize_overrides, results_root
 from sjdbench.errors import UserError
+from sjdbench.identity import label
+from sjdbench.machine import apply_threads
 from sjdbench.paths import conf_dir
-from sjdbench.runner import RunOutcome, execute, plan
+from sjdbench.runner import (
+    TIMING_MODES,
+    Reporter,
+    RunOutcome,
+    execute_runs,
+    load_model,
+    plan,
+    preflight,
+    wanted_keys,
+    write_summary,
+)
 from sjdbench.store import RunStore, atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 EXECUTORS = ("local", "submitit", "ray")
+SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
 
 
 @dataclass
@@ -39,6 +64,7 @@ class GridPoint:
     config: RunConfig
     run_id: str
     baseline: bool = False  # added automatically as the AR reference
+    remote_gpus: Optional[int] = None  # runs as a Slurm job with that many GPUs (device resolved as there)
 
     @property
     def label(self) -> str:
@@ -48,8 +74,6 @@ class GridPoint:
     @property
     def decoder_label(self) -> str:
         """The decoder actually built, named by its preset and the knobs that differ from it."""
-        from sjdbench.identity import label
-
         return label(self.config)
 
 
@@ -60,6 +84,7 @@ class SweepPlan:
     grid: dict[str, list[str]]
     fixed: list[str]
     directory: Path = field(default=Path("."))
+    timing: Optional[str] = None  # sweep.timing= from the command words; None: the executor's default
 
 
 def sweep_presets() -> list[str]:
@@ -80,6 +105,23 @@ def load_preset(name: str) -> tuple[dict[str, list[str]], list[str]]:
         grid[key] = values
     fixed = [f"{k}={v}" for k, v in (spec.get("fixed") or {}).items()]
     return grid, fixed
+
+
+def split_sweep_settings(words: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Words that configure the sweep itself (`sweep.timing=paired`) apart from the grid's words."""
+    settings, rest = {}, []
+    for word in words:
+        key, eq, value = word.partition("=")
+        if eq and key.startswith("sweep."):
+            name = key[len("sweep."):]
+            if name != "timing":
+                raise UserError(f"unknown sweep setting {key}; the one setting is sweep.timing=<{'|'.join(TIMING_MODES)}>")
+            if value not in TIMING_MODES:
+                raise UserError(f"unknown sweep.timing '{value}'; choose one of: {', '.join(TIMING_MODES)}")
+            settings[name] = value
+        else:
+            rest.append(word)
+    return rest, settings
 
 
 def parse_words(words: list[str]) -> tuple[dict[str, list[str]], list[str]]:
@@ -110,6 +152,10 @@ def parse_words(words: list[str]) -> tuple[dict[str, list[str]], list[str]]:
         raise UserError(f"cannot parse sweep overrides: {str(error).splitlines()[0]}") from None
     for override, word in zip(parsed, user_words):
         key = word.partition("=")[0]
+        if isinstance(override.value(), list) and key.lstrip("+") in available_groups():
+            several = word.partition("=")[2].strip("[]")
+            raise UserError(f"{word}: a list picks one config group several times; to sweep over them write "
+                            f"{key.lstrip('+')}={several} (no brackets)")
         if not override.is_sweep_override():
             grid.pop(key, None)
             fixed[key] = word.partition("=")[2]
@@ -134,8 +180,12 @@ def _baseline_overrides(point: list[str]) -> list[str]:
     return [*kept, "decoder=ar"]
 
 
-def build_plan(words: list[str], add_baselines: bool = True) -> SweepPlan:
-    """Expand the grid, compose and validate every point (nothing runs if any point is invalid)."""
+def build_plan(words: list[str], add_baselines: bool = True, remote_gpus: Optional[int] = None) -> SweepPlan:
+    """Expand the grid, compose and validate every point (nothing runs if any point is invalid).
+
+    remote_gpus: the runs execute as Slurm jobs with that many GPUs each, so `device=auto` means
+    what it will mean there; it is pinned in the job's overrides."""
+    words, settings = split_sweep_settings(words)
     grid, fixed = parse_words(words)
     keys = list(grid)
     points: list[GridPoint] = []
@@ -145,13 +195,16 @@ def build_plan(words: list[str], add_baselines: bool = True) -> SweepPlan:
     def add(overrides: list[str], baseline: bool) -> None:
         try:
             config = compose_run(overrides)
-            run_id = plan(config)[0]
+            run_id, _, _, device = plan(config, remote_gpus)
         except UserError as error:
             errors.append(f"grid point [{' '.join(overrides)}]: {error}")
             return
+        if remote_gpus is not None and config.device == "auto":
+            overrides = [*overrides, f"device={device}"]
+            config = dataclasses.replace(config, device=device)
         if (run_id, config.data.shard) not in seen:
             seen.add((run_id, config.data.shard))
-            points.append(GridPoint(overrides, config, run_id, baseline))
+            points.append(GridPoint(overrides, config, run_id, baseline, remote_gpus))
 
     combos = list(itertools.product(*(grid[k] for k in keys))) if keys else [()]
     for combo in combos:
@@ -163,8 +216,10 @@ def build_plan(words: list[str], add_baselines: bool = True) -> SweepPlan:
         for point in list(points):
             if point.config.decoder.window != 1:
                 add(_baseline_overrides(point.overrides), baseline=True)
+        if errors:
+            raise UserError(f"{len(errors)} invalid AR baseline(s), nothing was run: {'; '.join(errors[:3])}")
     sweep_id, directory = sweep_identity(points)
-    return SweepPlan(sweep_id, points, grid, fixed, directory)
+    return SweepPlan(sweep_id, points, grid, fixed, directory, settings.get("timing"))
 
 
 def sweep_identity(points: list[GridPoint]) -> tuple[str, Path]:
@@ -176,24 +231,21 @@ def sweep_identity(points: list[GridPoint]) -> tuple[str, Path]:
 
 
 def run_status(point: GridPoint) -> str:
-    """done | partial | todo, from the store alone (no model loaded)."""
-    _, prompts, _, _ = plan(point.config)
+    """done | partial | todo for the point's prompt selection, from the store alone (no model loaded)."""
+    _, prompts, _, _ = plan(point.config, point.remote_gpus)
     store = RunStore(results_root(point.config), point.run_id)
-    summary = store.summary()
-    wanted = len(prompts) * point.config.samples_per_prompt
-    have = len(store.done_keys() & {(p.prompt_id, s) for p in prompts for s in range(point.config.samples_per_prompt)})
-    sharded = point.config.data.shard is not None  # a shard writes no summary; its rows are its status
-    # a summary written for another prompt selection (data.limit) is rewritten, not reported
-    summarised = bool(summary and summary.get("complete") and summary.get("n_wanted") == wanted)
-    if have == wanted and (sharded or summarised):
+    wanted = {(p.prompt_id, s) for p in prompts for s in range(point.config.samples_per_prompt)}
+    have = len(store.done_keys() & wanted)
+    if have == len(wanted):
         return "done"
     return "partial" if have else "todo"
 
 
-def write_plan(sweep: SweepPlan, executor: str) -> None:
+def write_plan(sweep: SweepPlan, executor: str, timing: str) -> None:
     doc = {
         "sweep_id": sweep.sweep_id,
         "executor": executor,
+        "timing": timing,
         "grid": sweep.grid,
         "fixed": sweep.fixed,
         "runs": [{"run_id": p.run_id, "overrides": p.overrides, "baseline": p.baseline} for p in sweep.points],
@@ -201,16 +253,56 @@ def write_plan(sweep: SweepPlan, executor: str) -> None:
     atomic_write_text(sweep.directory / "sweep.yaml", yaml.safe_dump(doc, sort_keys=False))
 
 
-def run_point(overrides: list[str]) -> dict:
-    """Top-level and picklable: what a submitit/Ray worker executes for one grid point."""
-    outcome = execute(compose_run(overrides))
-    return {"run_id": outcome.run_id, "status": outcome.status, "new_samples": outcome.new_samples}
+def run_job(job: list[list[str]], timing: str) -> list[dict]:
+    """Top-level and picklable: what a submitit/Ray worker executes for one job (runs of one model,
+    paired or one after another)."""
+    outcomes = run_group([compose_run(words) for words in job], timing, {})
+    return [{"run_id": o.run_id, "status": o.status, "error": o.error, "new_samples": o.new_samples} for o in outcomes]
+
+
+def _model_key(config: RunConfig) -> str:
+    return yaml.safe_dump({"name": config.model.name, "options": dict(config.model.options), "device": config.device})
+
+
+def _pair_key(config: RunConfig) -> str:
+    """Runs compared with each other: same model, device, prompt selection, seed and sampling."""
+    return yaml.safe_dump({
+        "model": _model_key(config), "data": dataclasses.asdict(config.data), "seed": config.seed,
+        "samples_per_prompt": config.samples_per_prompt, "sampling": dataclasses.asdict(config.sampling),
+        "threads": config.threads, "results": str(results_root(config)),
+    })
+
+
+def run_group(configs: list[RunConfig], timing: str, adapters: dict, reporter: Optional[Reporter] = None) -> list[RunOutcome]:
+    """Runs of one model: paired (interleaved prompt by prompt) or one after another. `adapters`
+    caches loaded models by model key across groups; a failed run never stops the others."""
+    plans = [preflight(config) for config in configs]
+    key = _model_key(configs[0])
+    if key not in adapters and any(wanted_keys(p) - p.store().done_keys() for p in plans):
+        adapters.clear()  # one model in memory at a time
+        apply_threads(configs[0].threads, plans[0].device)
+        adapters[key] = load_model(plans[0], reporter or Reporter())
+    adapter = adapters.get(key)
+    if timing == "paired":
+        if reporter is not None:
+            reporter.begin(f"{configs[0].model.name} / paired: " + ", ".join(label(c) for c in configs))
+        return execute_runs(plans, adapter, reporter, timing_mode="paired", keep_going=True)
+    outcomes = []
+    for plan_ in plans:
+        try:
+            if reporter is not None:
+                reporter.begin(f"{plan_.config.model.name} / {label(plan_.config)}")
+            outcomes += execute_runs([plan_], adapter, reporter, timing_mode="single")
+        except Exception as error:  # noqa: BLE001 - record and go on with the sweep
+            log.debug("run %s failed:\n%s", plan_.run_id, traceback.format_exc())
+            outcomes.append(RunOutcome(plan_.run_id, str(plan_.store().dir), "failed", {}, 0, f"{type(error).__name__}: {error}"))
+    return outcomes
 
 
 @dataclass
 class PointResult:
     run_id: str
-    status: str  # done (was already) | finished | partial | failed
+    status: str  # done (was already) | finished | partial | complete | failed | merged
     error: Optional[str] = None
     seconds: float = 0.0
 
@@ -218,88 +310,152 @@ class PointResult:
 Tick = Callable[[PointResult], None]
 
 
-def _model_key(config: RunConfig) -> str:
-    return yaml.safe_dump({"name": config.model.name, "options": dict(config.model.options), "device": config.device})
-
-
-def run_local(points: list[GridPoint], tick: Tick) -> list[PointResult]:
-    """Sequential, grouped by model so each model's weights load once; a failure never stops the rest."""
-    from sjdbench.models.registry import build_adapter, resolve_device
-
-    results = []
-    groups: dict[str, list[GridPoint]] = {}
+def make_jobs(points: list[GridPoint], timing: str, one_per_point: bool) -> list[list[GridPoint]]:
+    """paired: one job per compared group (AR baseline first); single: one job per model (local,
+    so weights load once) or per point (cluster executors, for parallelism)."""
+    if timing == "single" and one_per_point:
+        return [[point] for point in points]
+    key = _pair_key if timing == "paired" else _model_key
+    jobs: dict[str, list[GridPoint]] = {}
     for point in points:
-        groups.setdefault(_model_key(point.config), []).append(point)
-    for group in groups.values():
-        adapter = None
-        for point in group:
-            start = time.perf_counter()
-            try:
-                if adapter is None:
-                    cfg = point.config
-                    adapter = build_adapter(cfg.model.name, dict(cfg.model.options), resolve_device(cfg.device))
-                outcome: RunOutcome = execute(point.config, adapter=adapter)
-                result = PointResult(point.run_id, outcome.status, seconds=time.perf_counter() - start)
-            except Exception as error:  # noqa: BLE001 - record and go on with the sweep
-                log.debug("run %s failed:\n%s", point.run_id, traceback.format_exc())
-                result = PointResult(point.run_id, "failed", f"{type(error).__name__}: {error}", time.perf_counter() - start)
+        jobs.setdefault(key(point.config), []).append(point)
+    ordered = [sorted(job, key=lambda p: p.config.decoder.window != 1) for job in jobs.values()]
+    return sorted(ordered, key=lambda job: _model_key(job[0].config))  # jobs of one model in a row
+
+
+def _job_results(job: list[GridPoint], outcomes: list[dict], seconds: float) -> list[PointResult]:
+    results = []
+    for point, outcome in zip(job, outcomes):
+        error = outcome.get("error")
+        if outcome.get("run_id") and outcome["run_id"] != point.run_id:  # the worker resolved something else
+            error = f"ran as {outcome['run_id']}, not the planned {point.run_id} (the worker resolved the device or weights differently)"
+            results.append(PointResult(point.run_id, "failed", error, seconds))
+        else:
+            results.append(PointResult(point.run_id, outcome["status"], error, seconds))
+    return results
+
+
+def _failed(job: list[GridPoint], error: BaseException | str, seconds: float = 0.0) -> list[PointResult]:
+    if isinstance(error, BaseException):
+        text = str(error).strip()
+        error = text.splitlines()[-1] if text else type(error).__name__
+    return [PointResult(point.run_id, "failed", error, seconds) for point in job]
+
+
+def run_local(jobs: list[list[GridPoint]], tick: Tick, timing: str, reporter: Optional[Reporter] = None) -> list[PointResult]:
+    """Jobs in this process, one model loaded at a time; a failure never stops the rest."""
+    results, adapters = [], {}
+    for job in jobs:
+        start = time.perf_counter()
+        try:
+            outcomes = run_group([p.config for p in job], timing, adapters, reporter)
+            done = _job_results(job, [dataclasses.asdict(o) for o in outcomes], time.perf_counter() - start)
+        except Exception as error:  # noqa: BLE001 - record and go on with the sweep
+            log.debug("job failed:\n%s", traceback.format_exc())
+            done = _failed(job, f"{type(error).__name__}: {error}", time.perf_counter() - start)
+        for result in done:
             results.append(result)
             tick(result)
     return results
 
 
-def run_submitit(points: list[GridPoint], tick: Tick, folder: Path, cluster: Optional[str], slurm: dict) -> list[PointResult]:
-    """One job array: one task per run (GPU per task on Slurm); cluster='local' runs on this machine."""
+def check_slurm(partition: Optional[str]) -> None:
+    """Refuse (one line) when no Slurm answers here, or the partition does not exist."""
+    missing = [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
+    if missing:
+        raise UserError(f"no Slurm reachable from this machine ({' and '.join(missing)} not found); run here with "
+                        "--executor local, or test the job array with --executor submitit --cluster local")
+    if shutil.which("sinfo") is None:
+        return
+    try:
+        answer = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as error:
+        raise UserError(f"Slurm does not answer (sinfo: {error}); use --executor local") from None
+    if answer.returncode != 0:
+        reason = (answer.stderr.strip().splitlines() or ["no reason given"])[-1]
+        raise UserError(f"Slurm does not answer (sinfo: {reason}); use --executor local")
+    partitions = [p.strip().rstrip("*") for p in answer.stdout.split() if p.strip()]
+    if partition and partitions and partition not in partitions:
+        raise UserError(f"unknown Slurm partition '{partition}'; choose one of: {', '.join(partitions)}")
+
+
+def submitit_parameters(cluster: str, slurm: dict) -> dict:
+    """What reaches each job: the time limit and GPUs per job everywhere (local jobs get
+    CUDA_VISIBLE_DEVICES), plus partition, CPUs and array parallelism on Slurm."""
+    params = {"timeout_min": slurm.get("timeout_min", 240), "gpus_per_node": slurm.get("gpus_per_task", 1),
+              "tasks_per_node": 1}
+    if cluster == "slurm":
+        params.update(slurm_array_parallelism=slurm.get("array_parallelism", 64), cpus_per_task=slurm.get("cpus_per_task", 8))
+        if slurm.get("partition"):
+            params["slurm_partition"] = slurm["partition"]
+    return params
+
+
+def submitit_executor(folder: Path, cluster: Optional[str], slurm: dict):
+    """A submitit executor that does what it says: Slurm unless told otherwise, never a silent
+    fallback to this machine."""
     try:
         import submitit
     except ImportError:
         raise UserError("the submitit executor needs submitit: pip install 'sjdbench[slurm]'") from None
+    cluster = cluster or "slurm"
+    if cluster not in SUBMITIT_CLUSTERS:
+        raise UserError(f"unknown --cluster '{cluster}'; choose one of: {', '.join(SUBMITIT_CLUSTERS)}")
+    if cluster == "slurm":
+        check_slurm(slurm.get("partition"))
+    elif slurm.get("partition"):
+        raise UserError(f"--partition is a Slurm setting; with --cluster {cluster} the jobs run on this machine (drop --partition)")
     executor = submitit.AutoExecutor(folder=str(folder / "submitit" / "%j"), cluster=cluster)
-    params = {"timeout_min": slurm.get("timeout_min", 240)}
-    if executor.cluster == "slurm":
-        params.update(
-            slurm_array_parallelism=slurm.get("array_parallelism", 64),
-            gpus_per_node=slurm.get("gpus_per_task", 1),
-            tasks_per_node=1,
-            cpus_per_task=slurm.get("cpus_per_task", 8),
-        )
-        if slurm.get("partition"):
-            params["slurm_partition"] = slurm["partition"]
-    executor.update_parameters(**params)
-    jobs = executor.map_array(run_point, [p.overrides for p in points])
+    executor.update_parameters(**submitit_parameters(cluster, slurm))
+    return executor
+
+
+def job_words(job: list[GridPoint]) -> list[list[str]]:
+    """The overrides a worker composes, with the results folder made absolute: a job on another
+    machine or in another working directory writes to the same store."""
+    return [[*p.overrides, f"results_dir={results_root(p.config).resolve()}"] for p in job]
+
+
+def run_submitit(jobs: list[list[GridPoint]], tick: Tick, executor, timing: str) -> list[PointResult]:
+    """One job array: one task per job (GPUs per task on Slurm); cluster='local' runs on this machine."""
+    submitted = executor.map_array(run_job, [job_words(job) for job in jobs], [timing] * len(jobs))
     results = []
-    for point, job in zip(points, jobs):
+    for job, handle in zip(jobs, submitted):
         start = time.perf_counter()
         try:
-            info = job.result()
-            result = PointResult(point.run_id, info["status"], seconds=time.perf_counter() - start)
+            done = _job_results(job, handle.result(), time.perf_counter() - start)
         except Exception as error:  # noqa: BLE001
-            last = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-            result = PointResult(point.run_id, "failed", last)
-        results.append(result)
-        tick(result)
+            done = _failed(job, error)
+        for result in done:
+            results.append(result)
+            tick(result)
     return results
 
 
-def run_ray(points: list[GridPoint], tick: Tick, gpus_per_task: float) -> list[PointResult]:
+def run_ray(jobs: list[list[GridPoint]], tick: Tick, gpus_per_task: float, timing: str) -> list[PointResult]:
     try:
         import ray
     except ImportError:
         raise UserError("the ray executor needs ray: pip install 'sjdbench[ray]'") from None
     if not ray.is_initialized():
-        ray.init()
-    remote = ray.remote(num_gpus=gpus_per_task)(run_point)
-    pending = {remote.remote(p.overrides): p for p in points}
+        ray.init(log_to_driver=False)
+    available = ray.cluster_resources().get("GPU", 0)
+    if gpus_per_task > available:
+        raise UserError(f"--gpus-per-task {gpus_per_task:g} but the Ray cluster has {available:g} GPU(s); "
+                        "pass --gpus-per-task 0 for CPU runs")
+    remote = ray.remote(num_gpus=gpus_per_task)(run_job)
+    pending = {remote.remote(job_words(job), timing): job for job in jobs}
     results = []
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
-        point = pending.pop(ready[0])
+        job = pending.pop(ready[0])
         try:
-            result = PointResult(point.run_id, ray.get(ready[0])["status"])
+            done = _job_results(job, ray.get(ready[0]), 0.0)
         except Exception as error:  # noqa: BLE001
-            result = PointResult(point.run_id, "failed", f"{type(error).__name__}: {error}")
-        results.append(result)
-        tick(result)
+            done = _failed(job, error)
+        for result in done:
+            results.append(result)
+            tick(result)
     return results
 
 
@@ -318,21 +474,31 @@ def merge_shards(sweep: SweepPlan, results: list[PointResult]) -> list[PointResu
         if run_id in failed:
             continue
         whole = dataclasses.replace(shards[0].config, data=dataclasses.replace(shards[0].config.data, shard=None))
-        _, prompts, _, _ = plan(whole)
+        checked = preflight(whole, shards[0].remote_gpus)
         store = RunStore(results_root(whole), run_id)
-        wanted = {(p.prompt_id, s) for p in prompts for s in range(whole.samples_per_prompt)}
-        if wanted <= store.done_keys():
-            outcome = execute(whole)
-            merged.append(PointResult(run_id, "merged" if outcome.new_samples == 0 else outcome.status))
+        if wanted_keys(checked) <= store.done_keys():
+            write_summary(checked, store)
+            merged.append(PointResult(run_id, "merged"))
     return merged
 
 
+def default_timing(executor: str) -> str:
+    """Paired where runs share a process anyway (local); single on cluster executors."""
+    return "paired" if executor == "local" else "single"
+
+
 def execute_sweep(sweep: SweepPlan, executor: str = "local", tick: Tick | None = None, cluster: Optional[str] = None,
-                  slurm: dict | None = None) -> list[PointResult]:
-    """Run every point not already done; record outcomes in the sweep folder's status.json."""
+                  slurm: dict | None = None, timing: Optional[str] = None, reporter: Optional[Reporter] = None) -> list[PointResult]:
+    """Run every point not already done; record outcomes in the sweep folder's status.json and the
+    latency comparisons in latency.json. `reporter` hears the progress of local runs."""
     if executor not in EXECUTORS:
         raise UserError(f"unknown executor '{executor}'; choose one of: {', '.join(EXECUTORS)}")
-    write_plan(sweep, executor)
+    timing = timing or sweep.timing or default_timing(executor)
+    if timing not in TIMING_MODES:
+        raise UserError(f"unknown timing '{timing}'; choose one of: {', '.join(TIMING_MODES)}")
+    slurm = slurm or {}
+    submitter = submitit_executor(sweep.directory, cluster, slurm) if executor == "submitit" else None
+    write_plan(sweep, executor, timing)
     tick = tick or (lambda result: None)
     results: list[PointResult] = []
     todo = []
@@ -343,14 +509,60 @@ def execute_sweep(sweep: SweepPlan, executor: str = "local", tick: Tick | None =
             tick(result)
         else:
             todo.append(point)
+    if todo and timing == "paired":  # a paired group also times the runs of the group that are done
+        todo_keys = {_pair_key(p.config) for p in todo}
+        todo = [p for p in sweep.points if _pair_key(p.config) in todo_keys]
+        results = [r for r in results if r.run_id not in {p.run_id for p in todo}]
     if todo:
+        jobs = make_jobs(todo, timing, one_per_point=executor != "local")
         if executor == "local":
-            results += run_local(todo, tick)
+            results += run_local(jobs, tick, timing, reporter)
         elif executor == "submitit":
-            results += run_submitit(todo, tick, sweep.directory, cluster, slurm or {})
+            results += run_submitit(jobs, tick, submitter, timing)
         else:
-            results += run_ray(todo, tick, (slurm or {}).get("gpus_per_task", 1))
+            results += run_ray(jobs, tick, slurm.get("gpus_per_task", 1), timing)
     results += merge_shards(sweep, results)
     status = {r.run_id: {"status": r.status, "error": r.error, "seconds": round(r.seconds, 3)} for r in results}
     atomic_write_json(sweep.directory / "status.json", status)
+    atomic_write_json(sweep.directory / "latency.json", latency_comparisons(sweep))
     return results
+
+
+def _selected_rows(point: GridPoint) -> dict[tuple[int, int], dict]:
+    _, prompts, _, _ = plan(point.config, point.remote_gpus)
+    wanted = {(p.prompt_id, s) for p in prompts for s in range(point.config.samples_per_prompt)}
+    rows = RunStore(results_root(point.config), point.run_id).rows()
+    return {(r["prompt_id"], r.get("sample", 0)): r for r in rows if (r["prompt_id"], r.get("sample", 0)) in wanted}
+
+
+def latency_comparisons(sweep: SweepPlan) -> dict[str, dict]:
+    """Per decoder run with its AR baseline in the sweep: the latency speedup over AR, the
+    geometric mean of per-sample AR/decoder latency ratios. Paired when every compared sample of
+    the two runs was timed in the same session (interleaved); otherwise `paired` is false and the
+    ratio mixes machine states (a report should say so). Samples timed on a busy machine are
+    counted."""
+    baselines = {_pair_key(p.config): p for p in sweep.points if p.config.decoder.window == 1}
+    out = {}
+    for point in sweep.points:
+        base = baselines.get(_pair_key(point.config))
+        if point.config.decoder.window == 1 or base is None:
+            continue
+        mine, theirs = _selected_rows(point), _selected_rows(base)
+        common = sorted(set(mine) & set(theirs))
+        if not common:
+            continue
+        session = lambda row: (row.get("timing") or {}).get("session")  # noqa: E731
+        paired = [k for k in common if session(mine[k]) is not None and session(mine[k]) == session(theirs[k])]
+        used = paired or common
+        ratios = [theirs[k]["latency_s"] / mine[k]["latency_s"] for k in used if mine[k]["latency_s"] > 0]
+        busy = sum(bool((row.get("machine") or {}).get("busy")) for k in used for row in (mine[k], theirs[k]))
+        out[point.run_id] = {
+            "baseline": base.run_id,
+            "decoder": point.decoder_label,
+            "speedup": math.exp(statistics.fmean(math.log(r) for r in ratios)) if ratios else None,
+            "paired": len(paired) == len(common),
+            "paired_samples": len(paired),
+            "samples": len(used),
+            "busy_samples": busy,
+        }
+    return out

@@ -12,13 +12,16 @@ toy_app = typer.Typer(help="The embedded toy model: training and calibration.", 
 
 
 def _fail(message: str) -> None:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    first = " ".join(line.strip() for line in message.splitlines() if line.strip())
+    typer.secho(f"error: {first}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code=2)  # same exit code as the main CLI's user errors
 
 
 @toy_app.command("train")
 def train(
-    out: Optional[Path] = typer.Option(None, "--out", help="output dir (default: the package weights dir, i.e. the shipped weights)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="output dir (default: ./toy_weights; then run with "
+                                       "model.options.weights_dir=DIR)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="allow --out to be the shipped weights dir (replaces them)"),
     steps: Optional[int] = typer.Option(None, "--steps", help="optimizer steps (default: the shipped run's count)"),
     minutes: Optional[float] = typer.Option(None, "--minutes", help="time budget instead of --steps (steps fixed after timing the first ones)"),
     seed: int = typer.Option(0, "--seed"),
@@ -28,7 +31,8 @@ def train(
     precision: str = typer.Option("bf16", "--precision", help="bf16 (autocast matmuls; 1.5x faster on CPUs with AMX) or fp32"),
     device: str = typer.Option("auto", "--device", help="auto (cuda when visible), cpu, cuda"),
 ) -> None:
-    """Train the toy transformer (tokenizer fit, dataset encoding, training, export)."""
+    """Train the toy transformer (tokenizer fit, dataset encoding, training, export): about 40 minutes
+    on 2 CPU cores. Never replaces the shipped weights unless --out points at them with --overwrite."""
     from sjdbench.models.toy.train import SHIPPED_STEPS, train_toy
 
     if steps is not None and minutes is not None:
@@ -37,14 +41,15 @@ def train(
         steps = SHIPPED_STEPS
     try:
         train_toy(out, steps=steps, seed=seed, threads=threads, resume=resume, minutes=minutes, row_end_token=row_end_token,
-                  precision=precision, device=device, log=typer.echo)
+                  precision=precision, device=device, log=typer.echo, overwrite=overwrite)
     except (ValueError, FileNotFoundError, OSError) as exc:
         _fail(str(exc))
 
 
 @toy_app.command("train-clip")
 def train_clip(
-    out: Optional[Path] = typer.Option(None, "--out", help="output dir (default: the package weights dir)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="output dir (default: ./toy_weights)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="allow --out to be the shipped weights dir (replaces the toy CLIP)"),
     minutes: float = typer.Option(6.0, "--minutes", help="time budget"),
     steps: Optional[int] = typer.Option(None, "--steps", help="fixed step count instead of the time budget"),
     seed: int = typer.Option(0, "--seed"),
@@ -52,10 +57,18 @@ def train_clip(
     device: str = typer.Option("auto", "--device", help="auto (cuda when visible), cpu, cuda"),
 ) -> None:
     """Train the toy CLIP (contrastive, on fresh renders)."""
-    from sjdbench.models.toy.clip import train_toy_clip
+    from sjdbench.models.toy.clip import CLIP_FILE, train_toy_clip
+    from sjdbench.models.toy.model import WEIGHTS_DIR
+    from sjdbench.models.toy.train import DEFAULT_OUT, publish
+    from sjdbench.models.weights import write_checksums
 
+    out = out or DEFAULT_OUT
+    if out.resolve() == WEIGHTS_DIR.resolve() and not overwrite:
+        _fail(f"{out} holds the shipped toy CLIP; train into another folder (--out DIR), or pass --overwrite to replace it")
     try:
         train_toy_clip(out, minutes=minutes, steps=steps, seed=seed, threads=threads, device=device, log=typer.echo)
+        publish(out / CLIP_FILE)
+        write_checksums(out, [CLIP_FILE])
     except (ValueError, FileNotFoundError, OSError) as exc:
         _fail(str(exc))
 

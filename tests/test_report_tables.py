@@ -163,6 +163,20 @@ def test_incomplete_runs_are_listed_not_used(built):
         assert ids["partial"] not in (out / name).read_text()
 
 
+def test_finished_part_of_the_prompt_set_is_used_and_flagged(tmp_path):
+    """A `data.limit` run holds final samples: it is used, paired over the prompts both runs hold,
+    and a table mixing sample counts says so."""
+    root = tmp_path / "results"
+    ar = write_run(root, SynthRun(["decoder=ar"], [1.0] * 5, [20] * 5))
+    short = write_run(root, SynthRun(["decoder=sjd"], SJD_RATIOS, SJD_NFE, complete=False, summary={"finished": True}))
+    report = report_of(root, tmp_path / "out")
+    assert not report.unused
+    main = main_frame(tmp_path / "out").set_index("run_id")
+    assert {ar, short} <= set(main.index)
+    assert main.loc[short, "speedup"] == pytest.approx(float(np.exp(np.mean(np.log(SJD_RATIOS[:2])))), rel=1e-3)
+    assert any("2 to 5 samples" in w for t in report.main for w in t.warnings)
+
+
 @pytest.mark.parametrize("env, expected", [
     ({"git_commit": "b" * 40}, "mixes runs from 2 commits"),
     ({"platform": "Linux-other", "cpu_count": 64}, "mixes hardware"),

@@ -34,8 +34,15 @@ def test_run_writes_the_layout(tmp_path):
                 "mean_accepted_length", "latency_s_mean", "latency_s_median", "tokens_per_s", "growth_share",
                 "growth_precision", "run_id", "model", "decoder", "complete"):
         assert key in summary, key
-    assert summary["complete"] is True and summary["n_samples"] == 3
+    assert summary["complete"] is False and summary["n_samples"] == 3 and summary["n_wanted"] == 8  # 3 of smoke's 8
     assert summary["nfe_mean"] == sum(r["nfe"] for r in rows) / 3
+    for row in rows:  # every latency comes with the machine it was timed on and how
+        assert set(row["machine"]) >= {"load_1m", "cpus", "torch_threads", "busy", "cpu", "gpu", "host"}
+        assert row["timing"]["mode"] == "single" and len(row["timing"]["session"]) == 12
+    assert {r["timing"]["session"] for r in rows} == {rows[0]["timing"]["session"]}  # one command, one session
+    assert summary["busy_samples"] == sum(r["machine"]["busy"] for r in rows)
+    assert summary["latency_trusted"] is (summary["busy_samples"] == 0)
+    assert summary["timing_modes"] == {"single": 3}
     env = json.loads((run / "env.json").read_text())
     assert env["torch"] and env["device"] == "cpu"
 

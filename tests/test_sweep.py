@@ -1,5 +1,6 @@
-"""Sweeps: grid expansion, validation before running, idempotence, resume, submitit, sharding."""
+"""Sweeps: grid expansion, validation before running, idempotence, resume, executors, sharding, paired timing."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ from sjdbench.config import compose_run
 from sjdbench.errors import UserError
 from sjdbench.runner import execute
 from sjdbench.store import RunStore, read_jsonl
-from sjdbench.sweep import build_plan, execute_sweep, parse_words, run_status
+from sjdbench.sweep import build_plan, execute_sweep, latency_comparisons, parse_words, run_status
 
 SMALL = ["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "warmup=0", "save_images=false"]
 
@@ -78,19 +79,20 @@ def test_interrupted_sweep_resumes_losing_and_repeating_nothing(tmp_path):
         assert ids == [0, 1]
 
 
-def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
-    import sjdbench.sweep as sweep_module
+@pytest.mark.parametrize("timing", ["single", "paired"])
+def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, timing):
+    from sjdbench.runner import RunWriter
 
     plan = build_plan(words(tmp_path, "decoder=sjd,sjd_vp", "decoder.window=2"))
-    real = sweep_module.execute
+    real = RunWriter.decode
 
-    def flaky(config, **kwargs):
-        if config.decoder.name == "sjd_vp":
+    def flaky(self, prompt, sample):
+        if self.plan.config.decoder.name == "sjd_vp":
             raise RuntimeError("out of memory")
-        return real(config, **kwargs)
+        return real(self, prompt, sample)
 
-    monkeypatch.setattr(sweep_module, "execute", flaky)
-    results = execute_sweep(plan)
+    monkeypatch.setattr(RunWriter, "decode", flaky)
+    results = execute_sweep(plan, timing=timing)
     statuses = {r.run_id: r.status for r in results}
     assert sorted(statuses.values()) == ["failed", "finished", "finished"]
     status_file = json.loads((plan.directory / "status.json").read_text())
@@ -104,7 +106,7 @@ def test_submitit_local_executor_runs_two_jobs(tmp_path):
     results = execute_sweep(plan, executor="submitit", cluster="local", slurm={"timeout_min": 10})
     assert sorted(r.status for r in results) == ["finished", "finished"], [r.error for r in results]
     for point in plan.points:
-        assert RunStore(tmp_path, point.run_id).summary()["complete"]
+        assert run_status(point) == "done" and RunStore(tmp_path, point.run_id).summary()["n_samples"] == 2
 
 
 def test_sharded_run_merges_to_the_unsharded_rows(tmp_path):
@@ -112,9 +114,9 @@ def test_sharded_run_merges_to_the_unsharded_rows(tmp_path):
     for i in range(2):
         execute(compose_run([*base, f"results_dir={tmp_path / 'sharded'}", f"data.shard={i}/2"]))
     merged = execute(compose_run([*base, f"results_dir={tmp_path / 'sharded'}"]))
-    assert merged.new_samples == 0 and merged.summary["complete"]
+    assert merged.new_samples == 0 and merged.status == "complete" and merged.summary["n_samples"] == 5
     single = execute(compose_run([*base, f"results_dir={tmp_path / 'single'}"]))
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "latency_s"} for r in rows]  # noqa: E731
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("latency_s", "machine", "timing")} for r in rows]  # noqa: E731
     sharded_rows = RunStore(tmp_path / "sharded", merged.run_id).rows()
     single_rows = RunStore(tmp_path / "single", single.run_id).rows()
     assert merged.run_id == single.run_id
@@ -130,14 +132,183 @@ def test_sweep_over_shards_runs_them_as_jobs_and_merges(tmp_path):
     results = execute_sweep(plan)
     assert sorted(r.status for r in results) == ["finished", "finished", "merged"]
     summary = RunStore(tmp_path, plan.points[0].run_id).summary()
-    assert summary["complete"] and summary["n_samples"] == 4
+    assert summary["n_samples"] == 4 and not summary["complete"]  # 4 of smoke's 8 prompts
     again = execute_sweep(build_plan(words(tmp_path, "decoder=sjd", "decoder.window=3", "data.limit=4", "data.shard=0/2,1/2"), add_baselines=False))
     assert [r.status for r in again if r.status != "merged"] == ["done", "done"]
 
 
-def test_summary_follows_the_requested_selection(tmp_path):
+def test_summary_reports_every_row_present_after_a_smaller_limit(tmp_path):
+    """A run of 4 prompts re-run with data.limit=2 is done for that selection, and its summary still
+    covers all 4 rows present (of the set's 8), never only the last command's 2."""
     execute(compose_run([*SMALL, f"results_dir={tmp_path}", "data.limit=4", "decoder=sjd", "decoder.window=3"]))
     plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=3"), add_baselines=False)  # data.limit=2
     results = execute_sweep(plan)
-    assert [r.status for r in results] == ["complete"]  # nothing decoded, summary rewritten
-    assert RunStore(tmp_path, plan.points[0].run_id).summary()["n_samples"] == 2
+    assert [r.status for r in results] == ["done"]  # nothing decoded
+    summary = RunStore(tmp_path, plan.points[0].run_id).summary()
+    assert (summary["n_samples"], summary["n_wanted"], summary["complete"]) == (4, 8, False)
+    again = execute(compose_run([*SMALL, f"results_dir={tmp_path}", "data.limit=2", "decoder=sjd", "decoder.window=3"]))
+    assert again.status == "complete" and again.summary["n_samples"] == 4
+    full = execute(compose_run([*SMALL, f"results_dir={tmp_path}", "decoder=sjd", "decoder.window=3"]))
+    assert full.status == "finished" and full.new_samples == 4 and full.summary["complete"] is True
+
+
+# -- executors that do what they say -----------------------------------------------------------------
+
+def fake_slurm(folder: Path, partitions: str = "gpu*\\ncpu", sinfo_code: int = 0) -> str:
+    """A PATH with stand-ins for srun, sbatch and sinfo (sinfo prints `partitions`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for tool in ("srun", "sbatch"):
+        (folder / tool).write_text("#!/bin/sh\nexit 0\n")
+    (folder / "sinfo").write_text(f"#!/bin/sh\nprintf '{partitions}\\n'\n" if sinfo_code == 0 else
+                                  f"#!/bin/sh\necho 'slurm_load_partitions: Unable to contact slurm controller' >&2\nexit {sinfo_code}\n")
+    for tool in ("srun", "sbatch", "sinfo"):
+        (folder / tool).chmod(0o755)
+    return f"{folder}{os.pathsep}{os.environ['PATH']}"
+
+
+def test_submitit_without_slurm_refuses_in_one_line(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from sjdbench.cli import app
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no sbatch, no srun
+    result = CliRunner().invoke(app, ["sweep", *words(tmp_path, "decoder=sjd"), "--executor", "submitit", "--partition", "gpu"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert lines == ["error: no Slurm reachable from this machine (sbatch and srun not found); run here with --executor "
+                     "local, or test the job array with --executor submitit --cluster local"]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "sweeps").exists()  # nothing ran, nothing written
+
+
+def test_slurm_that_does_not_answer_or_lacks_the_partition_is_refused(tmp_path, monkeypatch):
+    from sjdbench.sweep import check_slurm
+
+    monkeypatch.setenv("PATH", fake_slurm(tmp_path / "down", sinfo_code=1))
+    with pytest.raises(UserError, match=r"Slurm does not answer \(sinfo: slurm_load_partitions: Unable to contact"):
+        check_slurm("gpu")
+    monkeypatch.setenv("PATH", fake_slurm(tmp_path / "up"))
+    check_slurm("gpu")
+    with pytest.raises(UserError, match="unknown Slurm partition 'gpus'; choose one of: gpu, cpu"):
+        check_slurm("gpus")
+
+
+def test_partition_and_gpu_count_reach_the_slurm_job(tmp_path, monkeypatch):
+    pytest.importorskip("submitit")
+    from sjdbench.sweep import submitit_executor
+
+    monkeypatch.setenv("PATH", fake_slurm(tmp_path / "bin"))
+    executor = submitit_executor(tmp_path, None, {"partition": "gpu", "gpus_per_task": 2, "timeout_min": 30,
+                                                 "cpus_per_task": 6, "array_parallelism": 4})
+    assert executor.cluster == "slurm"
+    script = executor._executor._make_submission_file_text("python -m job", "uid")  # the sbatch file submitit would submit
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=2", "#SBATCH --cpus-per-task=6",
+                 "#SBATCH --ntasks-per-node=1", "#SBATCH --time=30"):
+        assert line in script, line
+
+
+def test_submitit_local_jobs_get_the_gpu_count_and_refuse_a_partition(tmp_path):
+    pytest.importorskip("submitit")
+    from sjdbench.sweep import submitit_executor
+
+    local = submitit_executor(tmp_path, "local", {"gpus_per_task": 2, "timeout_min": 5})
+    assert local.cluster == "local" and local._executor.parameters["gpus_per_node"] == 2  # -> CUDA_VISIBLE_DEVICES=0,1
+    with pytest.raises(UserError, match="--partition is a Slurm setting; with --cluster local the jobs run on this machine"):
+        submitit_executor(tmp_path, "local", {"partition": "gpu"})
+    with pytest.raises(UserError, match="unknown --cluster 'pbs'; choose one of: slurm, local, debug"):
+        submitit_executor(tmp_path, "pbs", {})
+
+
+def test_submitit_debug_executor_runs_a_paired_job(tmp_path):
+    pytest.importorskip("submitit")
+    plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=2"))
+    results = execute_sweep(plan, executor="submitit", cluster="debug", slurm={"gpus_per_task": 0}, timing="paired")
+    assert sorted(r.status for r in results) == ["finished", "finished"], [r.error for r in results]
+    sessions = {RunStore(tmp_path, p.run_id).rows()[0]["timing"]["session"] for p in plan.points}
+    assert len(sessions) == 1  # AR and SJD were timed side by side in one job
+
+
+@pytest.mark.slow
+def test_ray_executor_runs_the_sweep(tmp_path):
+    ray = pytest.importorskip("ray")
+    plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=2"))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        with pytest.raises(UserError, match="--gpus-per-task 1 but the Ray cluster has 0 GPU"):
+            execute_sweep(plan, executor="ray", slurm={"gpus_per_task": 1})
+        results = execute_sweep(plan, executor="ray", slurm={"gpus_per_task": 0})
+    finally:
+        ray.shutdown()
+    assert sorted(r.status for r in results) == ["finished", "finished"], [r.error for r in results]
+    assert all(run_status(p) == "done" for p in plan.points)
+    assert {RunStore(tmp_path, p.run_id).rows()[0]["timing"]["mode"] for p in plan.points} == {"single"}
+
+
+# -- paired timing -----------------------------------------------------------------------------------
+
+def test_paired_timing_interleaves_ar_and_each_decoder_prompt_by_prompt(tmp_path, monkeypatch):
+    from sjdbench.runner import RunWriter
+
+    order = []
+    real = RunWriter.decode
+
+    def recording(self, prompt, sample):
+        order.append((prompt.prompt_id, self.plan.config.decoder.name))
+        return real(self, prompt, sample)
+
+    monkeypatch.setattr(RunWriter, "decode", recording)
+    plan = build_plan(words(tmp_path, "decoder=sjd,lantern", "decoder.window=3", "sweep.timing=paired"))
+    assert plan.timing == "paired"
+    results = execute_sweep(plan, executor="local")
+    assert sorted(r.status for r in results) == ["finished"] * 3
+    assert order == [(0, "ar"), (0, "sjd"), (0, "lantern"), (1, "ar"), (1, "sjd"), (1, "lantern")]
+    rows = {p.config.decoder.name: RunStore(tmp_path, p.run_id).rows() for p in plan.points}
+    assert {r["timing"]["mode"] for rs in rows.values() for r in rs} == {"paired"}
+    assert len({r["timing"]["session"] for rs in rows.values() for r in rs}) == 1
+    comparisons = latency_comparisons(plan)
+    assert sorted(c["decoder"] for c in comparisons.values()) == ["lantern", "sjd"]
+    for entry in comparisons.values():
+        assert entry["paired"] and entry["paired_samples"] == entry["samples"] == 2 and entry["speedup"] > 0
+    saved = json.loads((plan.directory / "latency.json").read_text())
+    assert saved == json.loads(json.dumps(comparisons))
+
+
+def test_unpaired_latencies_are_flagged(tmp_path):
+    plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=3"))
+    execute_sweep(plan, timing="single")
+    comparisons = latency_comparisons(plan)
+    (entry,) = comparisons.values()
+    assert entry["paired"] is False and entry["paired_samples"] == 0 and entry["samples"] == 2
+
+
+def test_bad_timing_words_are_refused():
+    with pytest.raises(UserError, match="unknown sweep.timing 'both'; choose one of: single, paired"):
+        build_plan(["model=debug", "sweep.timing=both"])
+    with pytest.raises(UserError, match="unknown sweep setting sweep.executor"):
+        build_plan(["model=debug", "sweep.executor=ray"])
+
+
+def test_slurm_jobs_resolve_the_device_as_their_gpu_nodes_will(tmp_path):
+    """Planned on a login node without GPUs, `device=auto` means cuda for jobs that get a GPU: the
+    planned run ids are those the jobs will write, and the jobs are told the device explicitly."""
+    import torch
+
+    from sjdbench.identity import run_id_for
+
+    plan = build_plan(words(tmp_path, "decoder=sjd"), remote_gpus=1)
+    for point in plan.points:
+        assert "device=cuda" in point.overrides and point.config.device == "cuda"
+        assert point.run_id == run_id_for(point.config, plan_sha(point), "cuda")
+    cpu_jobs = build_plan(words(tmp_path, "decoder=sjd"), remote_gpus=0)
+    assert all("device=cpu" in p.overrides for p in cpu_jobs.points)
+    with pytest.raises(UserError, match="device=cuda but the jobs get no GPU"):
+        build_plan(words(tmp_path, "decoder=sjd", "device=cuda"), remote_gpus=0)
+    if not torch.cuda.is_available():  # here, locally, cuda is refused; for the jobs it is fine
+        with pytest.raises(UserError, match="no CUDA device is visible"):
+            build_plan(words(tmp_path, "decoder=sjd", "device=cuda"))
+        assert build_plan(words(tmp_path, "decoder=sjd", "device=cuda"), remote_gpus=1).points
+
+
+def plan_sha(point) -> str:
+    from sjdbench.datasets import load_prompt_set
+
+    return load_prompt_set(point.config.data).sha

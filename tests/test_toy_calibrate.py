@@ -17,7 +17,7 @@ def test_calibration_runs_are_ordinary_resumable_runs(tmp_path):
     runs = sorted((tmp_path / "runs").iterdir())
     summaries = {json.loads((r / "summary.json").read_text())["decoder"]: json.loads((r / "summary.json").read_text())
                  for r in runs}
-    assert set(summaries) == {"ar", "sjd"} and all(s["complete"] for s in summaries.values())
+    assert set(summaries) == {"ar", "sjd"} and all(s["finished"] for s in summaries.values())
     assert summaries["ar"]["n_samples"] == 3
     lines = {r.name: (r / "samples.jsonl").read_text() for r in runs}
     again, _ = sjd_runs(adapter, 2, 16, tmp_path)

@@ -72,3 +72,37 @@ def test_training_on_cuda_resumes_on_cpu(tmp_path):
     assert meta["train"]["device"] == "cuda"
     meta = train_toy(tmp_path, steps=3, seed=3, threads=1, device="cpu", log=lambda *_: None, **MINI)
     assert meta["final"]["step"] == 3 and build_toy_adapter(tmp_path).n_codes == 32
+
+
+def test_exported_weights_are_readable_by_all_and_checksummed(tmp_path):
+    import stat
+
+    from sjdbench.models.toy.model import verify_weights
+    from sjdbench.models.toy.train import train_toy
+    from sjdbench.models.weights import recorded_checksums, sha256_file
+
+    train_toy(tmp_path, steps=1, seed=3, threads=1, log=lambda *_: None, **MINI)
+    for name in ("toy_lm.safetensors", "toy_tokenizer.safetensors"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name  # safetensors itself writes 0600
+        assert recorded_checksums(tmp_path)[name] == sha256_file(tmp_path / name)
+    verify_weights(tmp_path)  # what every run checks before loading
+
+
+def test_the_shipped_weights_are_never_overwritten_by_default(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from sjdbench.cli import app
+    from sjdbench.models.toy.model import WEIGHTS_DIR
+    from sjdbench.models.toy.train import DEFAULT_OUT, train_toy
+
+    before = {p.name: p.stat().st_mtime_ns for p in WEIGHTS_DIR.iterdir()}
+    with pytest.raises(ValueError, match="holds the shipped toy weights; train into another folder"):
+        train_toy(WEIGHTS_DIR, steps=1, log=lambda *_: None, **MINI)
+    for command in ("train", "train-clip"):
+        result = CliRunner().invoke(app, ["toy", command, "--out", str(WEIGHTS_DIR), "--steps", "1"])
+        assert result.exit_code == 2 and "--overwrite" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert {p.name: p.stat().st_mtime_ns for p in WEIGHTS_DIR.iterdir()} == before
+    assert DEFAULT_OUT.name == "toy_weights" and not DEFAULT_OUT.is_absolute()  # the default is a new folder here
+    monkeypatch.chdir(tmp_path)
+    train_toy(None, steps=1, seed=3, threads=1, log=lambda *_: None, **MINI)
+    assert (tmp_path / "toy_weights" / "toy_lm.safetensors").exists()

@@ -25,6 +25,7 @@ from sjdbench.decoding.parts import Carried, Init, Proposal, ProposalContext, Ve
 from sjdbench.decoding.processing import StructureMasks, process_logits, sample
 from sjdbench.decoding.stats import DecodeStats
 from sjdbench.decoding.window import WindowState
+from sjdbench.errors import NonFiniteLogits
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,19 @@ def _carried(verified: WindowState, m: int, slots: int) -> Carried:
     return Carried(drafts, refs, has_old)
 
 
+def _non_finite(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """() device flag: a raw logit is NaN or +inf (greedy would take its argmax), or a processed
+    probability is not finite. -inf logits are fine (models mask ids that way). Two reductions:
+    NaN and inf propagate through max and sum."""
+    return ~torch.isfinite(logits.amax() + p.sum())
+
+
+def _first_bad_slot(logits: torch.Tensor, p: torch.Tensor) -> int:
+    """The error path only: the first window slot whose logits or probabilities are bad."""
+    bad = ~(logits < float("inf")).all(-1).all(0) | ~torch.isfinite(p).all(-1)  # (L,)
+    return int(bad.long().argmax())
+
+
 def jacobi_decode(
     adapter: ImageARAdapter,
     prompt_text: str,
@@ -119,7 +133,9 @@ def jacobi_decode(
 
     prompt = adapter.encode_prompt(prompt_text)
     cache = adapter.new_cache(prompt, extra=W)
-    p0 = process_logits(adapter.prefill(prompt, cache)[:, None], masks.window(0, 1), sampling)  # (1, V)
+    logits0 = adapter.prefill(prompt, cache)[:, None]  # (2, 1, V)
+    p0 = process_logits(logits0, masks.window(0, 1), sampling)  # (1, V)
+    bad_prefill = _non_finite(logits0, p0)  # device flag, read at the first iteration's sync
     tokens = torch.full((N,), -1, dtype=torch.long, device=device)
     tokens[0] = sample(p0, generator)[0]
     stats.nfe = 1
@@ -150,7 +166,10 @@ def jacobi_decode(
         # 3. verify: accepted prefix, then the residual at the first rejection or a bonus draw
         u = torch.rand(L - 1, generator=generator, device=device)
         passed = decoder.verifier.accept(p[: L - 1], drafts.refs, drafts.drafts, u)  # (L-1,)
-        k = int(passed.long().cumprod(0).sum())  # the one host sync per iteration
+        bad = _non_finite(logits, p) | bad_prefill  # NaN/+inf logits or NaN probabilities
+        k, any_bad = torch.stack([passed.long().cumprod(0).sum(), bad.long()]).tolist()  # the one host sync per iteration
+        if any_bad:  # nothing sampled from them reaches the tokens
+            raise NonFiniteLogits(0 if bool(bad_prefill) else n + _first_bad_slot(logits, p))
         tokens[n : n + k] = drafts.drafts[:k]
         if k < L - 1:
             emitted = decoder.verifier.replacement(p[k], drafts.refs[k], drafts.drafts[k])  # (V,)

@@ -44,10 +44,11 @@ def structure_mask(forced: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
 
 def process_logits(logits: torch.Tensor, allowed: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """(2, L, V) raw logits -> (L, V) processed probabilities."""
-    mixed = cfg_mix(logits.float(), sampling.cfg_scale).masked_fill(~allowed, NEG_INF)  # (L, V)
+    mixed = torch.where(allowed, cfg_mix(logits.float(), sampling.cfg_scale), NEG_INF)  # (L, V)
     if sampling.temperature <= 0:  # greedy: one-hot at the argmax
         return torch.zeros_like(mixed).scatter_(-1, mixed.argmax(-1, keepdim=True), 1.0)
-    mixed = mixed / sampling.temperature
+    if sampling.temperature != 1.0:  # x / 1 == x: skip an op per call at the default temperature
+        mixed = mixed / sampling.temperature
     if sampling.top_k and sampling.top_k < mixed.shape[-1]:
         kth = torch.topk(mixed, sampling.top_k, dim=-1).values[..., -1:]  # (L, 1)
         mixed = mixed.masked_fill(mixed < kth, NEG_INF)

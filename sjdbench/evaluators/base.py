@@ -66,23 +66,30 @@ def load_image(path: Path) -> np.ndarray:
 
 
 def open_run(run_dir: Path) -> RunView:
-    """A complete run as evaluators see it; UserError (one line) when it cannot be scored."""
+    """A run as evaluators see it: every sample it stores, in prompt-set order; UserError (one line)
+    when it cannot be scored.
+
+    A run need not cover its whole prompt set: a finished `data.limit` run is scored over the samples
+    it holds, and its score is keyed on exactly those (the protocol hashes them), so a run that later
+    grows is scored afresh rather than served a stale value."""
+    import dataclasses
+
     from omegaconf import OmegaConf
 
     from sjdbench.config import RunConfig
     from sjdbench.datasets import load_prompts
-    from sjdbench.store import RunStore
+    from sjdbench.store import RunStore, holds_final_samples
 
     run_dir = Path(run_dir)
     summary_path, config_path = run_dir / "summary.json", run_dir / "config.yaml"
     if not config_path.exists():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml)")
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    if not summary.get("complete"):
-        raise UserError(f"run {run_dir.name} is not complete; finish it first (re-run its command to resume)")
+    if not holds_final_samples(summary):
+        raise UserError(f"run {run_dir.name} is not finished; re-run its command to finish it")
     config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(config_path)))
     env = json.loads((run_dir / "env.json").read_text())
-    prompts, sha = load_prompts(config.data)
+    prompts, sha = load_prompts(dataclasses.replace(config.data, limit=None, shard=None))  # the whole set
     if env.get("prompts_sha") and env["prompts_sha"] != sha:
         raise UserError(f"the prompt set of run {run_dir.name} ({config.data.name}) has changed since it ran "
                         f"(sha {sha}, run {env['prompts_sha']}); point data.path at the file it used")
@@ -92,9 +99,11 @@ def open_run(run_dir: Path) -> RunView:
         for s in range(config.samples_per_prompt):
             row = rows.get((prompt.prompt_id, s))
             if row is None:
-                raise UserError(f"run {run_dir.name} lacks sample ({prompt.prompt_id}, {s}); re-run its command to finish it")
+                continue
             image = run_dir / row["image"] if row.get("image") else None
             samples.append(Sample(prompt.prompt_id, s, row["prompt"], image, prompt.meta))
+    if not samples:
+        raise UserError(f"run {run_dir.name} holds no samples of its prompt set; run its command first")
     return RunView(run_dir.name, run_dir, config, env, summary, samples)
 
 

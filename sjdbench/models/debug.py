@@ -19,6 +19,11 @@ def palette(n_codes: int, seed: int) -> np.ndarray:
     return rng.integers(0, 256, size=(n_codes, 3), dtype=np.uint8)
 
 
+def image_token_count(n_codes: int = 64, **_) -> int:
+    """Image codes in the vocabulary (known from the options, before building)."""
+    return n_codes
+
+
 def build_debug_adapter(
     grid_h: int = 8,
     grid_w: int = 8,

@@ -21,7 +21,7 @@ import pandas as pd
 from sjdbench.errors import UserError
 from sjdbench.report import figures as figs
 from sjdbench.report.html import FigureEntry, Section, page
-from sjdbench.report.load import load_runs, load_samples, load_scores
+from sjdbench.report.load import USABLE, load_runs, load_samples, load_scores
 from sjdbench.report.pairing import pair_all
 from sjdbench.report.provenance import mixing_warnings, notes, timing_warnings, unused_runs
 from sjdbench.report.render import to_csv, to_latex, to_markdown
@@ -56,12 +56,12 @@ def _annotate(table: Table, runs: pd.DataFrame, samples: pd.DataFrame, pairings:
 
 
 def trace_drafts(runs: pd.DataFrame, prompts: int, progress: Callable[[str], None]) -> list[str]:
-    """Record draft traces for the complete sampled decoder runs that have none; lines for the ones
+    """Record draft traces for the sampled decoder runs that have none; lines for the ones
     that cannot be traced here."""
     from sjdbench.report.draft_traces import record_run
 
     problems = []
-    todo = runs[(runs["status"] == "complete") & ~runs["is_ar"].astype(bool) & ~runs["greedy"].astype(bool)
+    todo = runs[runs["status"].isin(USABLE) & ~runs["is_ar"].astype(bool) & ~runs["greedy"].astype(bool)
                 & ~runs["has_draft_traces"].astype(bool)]
     for _, run in todo.iterrows():
         try:
@@ -99,7 +99,7 @@ def _parquet(frame: pd.DataFrame, path: Path) -> Path:
 
 @dataclass
 class Collected:
-    """The store as the report sees it: the selected runs (every status), the complete ones, their
+    """The store as the report sees it: the selected runs (every status), the ones holding samples, their
     sample rows, score files and AR pairings."""
 
     selected: pd.DataFrame
@@ -112,10 +112,10 @@ class Collected:
 
 def collect(filters: Filters) -> Collected:
     selected = select_runs(load_runs(filters.root), filters)
-    runs = selected[selected["status"] == "complete"].reset_index(drop=True)
+    runs = selected[selected["status"].isin(USABLE)].reset_index(drop=True)
     if runs.empty:
-        raise UserError(f"the runs matching {filters.describe()} are all incomplete ({len(selected)}); finish them "
-                        "by re-running their commands")
+        raise UserError(f"the runs matching {filters.describe()} hold no samples yet ({len(selected)} runs); run "
+                        "their commands first")
     samples_all = load_samples(selected)
     samples = samples_all[samples_all["run_id"].isin(runs["run_id"])]
     return Collected(selected, runs, samples_all, samples, load_scores(runs), pair_all(runs, samples))

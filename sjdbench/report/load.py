@@ -60,14 +60,20 @@ def pair_key(env: dict, config: dict, summary: dict) -> str:
     return json.dumps(fields, sort_keys=True, default=str)
 
 
+USABLE = ("complete", "finished")  # runs a report uses: all their prompt set, or all their last command asked for
+
+
 def _status(summary: dict | None, env: dict) -> str:
+    """complete: the whole prompt set is stored; finished: every sample the last command asked for
+    (`data.limit`, `data.shard`) is stored, used over the prompts it holds; incomplete: interrupted
+    or not yet run; legacy: written by an older sjdbench."""
     if env and "schema" not in env:
         return "legacy"
-    if not summary:
+    if not summary or not summary.get("n_samples"):
         return "incomplete"
-    if not summary.get("complete") or summary.get("n_samples", 0) < summary.get("n_wanted", 0):
-        return "incomplete"
-    return "complete"
+    if summary.get("complete") and summary.get("n_samples", 0) >= summary.get("n_wanted", 0):
+        return "complete"
+    return "finished" if summary.get("finished") else "incomplete"
 
 
 def _count_rows(run_dir: Path) -> int:
@@ -87,8 +93,8 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         "run_id": run_dir.name,
         "run_dir": str(run_dir),
         "status": status,
-        # rows present: summary.n_samples for a complete run; counted for the others (to list them)
-        "n_rows": record.get("n_samples") if status == "complete" else _count_rows(run_dir),
+        # rows present: the summary's count for a run it covers; counted for the others (to list them)
+        "n_rows": record.get("n_samples") if status in USABLE else _count_rows(run_dir),
         "model": record.get("model") or (config.get("model") or {}).get("name"),
         "data": record.get("data") or (config.get("data") or {}).get("name"),
         "decoder": record.get("decoder") or (config.get("decoder") or {}).get("name"),
@@ -112,7 +118,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
 
 
 def load_runs(root: Path) -> pd.DataFrame:
-    """Every run directory under root/runs, complete or not (status says which)."""
+    """Every run directory under root/runs, whatever its status (complete, finished, incomplete, legacy)."""
     run_dirs = sorted(p for p in (Path(root) / "runs").glob("*") if p.is_dir()) if (Path(root) / "runs").is_dir() else []
     records = [read_run(d) for d in run_dirs if (d / "env.json").exists() or (d / "summary.json").exists()]
     return pd.DataFrame.from_records(records) if records else pd.DataFrame(columns=["run_id", "status"])

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from sjdbench.report.load import USABLE
+
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0  # fixed: the same store gives the same report
 
@@ -57,7 +59,7 @@ class Pairing:
 def find_baseline(run: pd.Series, runs: pd.DataFrame) -> pd.Series | None:
     """The complete AR run sharing the run's pair key; a greedy decoder prefers a greedy AR run
     when the store has one (same sampling settings, argmax at every step)."""
-    candidates = runs[(runs["pair_key"] == run["pair_key"]) & runs["is_ar"].astype(bool) & (runs["status"] == "complete")]
+    candidates = runs[(runs["pair_key"] == run["pair_key"]) & runs["is_ar"].astype(bool) & runs["status"].isin(USABLE)]
     if candidates.empty:
         return None
     same_greedy = candidates[candidates["greedy"].astype(bool) == bool(run["greedy"])]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sjdbench.report.pairing import BOOTSTRAP_RESAMPLES
+from sjdbench.report.load import USABLE
 
 
 def _values(runs: pd.DataFrame, column: str) -> list[str]:
@@ -83,6 +84,10 @@ def mixing_warnings(runs: pd.DataFrame) -> list[str]:
     threads = _values(runs, "env.torch_threads")
     if len(threads) > 1:
         out.append(f"warning: this table mixes torch thread counts ({', '.join(threads)})")
+    if "n_rows" in runs and runs["n_rows"].nunique() > 1:
+        counts = runs["n_rows"].astype(int)
+        out.append(f"warning: this table mixes runs holding {counts.min()} to {counts.max()} samples (data.limit differs "
+                   "per run): speedups pair the samples both runs hold, per-run values do not")
     return out
 
 
@@ -142,11 +147,11 @@ def timing_warnings(runs: pd.DataFrame, samples: pd.DataFrame, pairings: pd.Data
 def unused_runs(all_runs: pd.DataFrame) -> list[str]:
     """Incomplete and legacy runs, one line each: listed so nothing is silently dropped or used."""
     out = []
-    for _, run in all_runs[all_runs["status"] != "complete"].sort_values("run_id").iterrows():
+    for _, run in all_runs[~all_runs["status"].isin(USABLE)].sort_values("run_id").iterrows():
         if run["status"] == "legacy":
             out.append(f"{run['run_id']}: written by an older sjdbench (not used; `sjdbench migrate` re-keys it)")
         else:
-            wanted = run.get("n_wanted")
+            wanted = run.get("selection_n") if pd.notna(run.get("selection_n")) else run.get("n_wanted")
             have = run.get("n_rows")
             of = f"{int(have)} of {int(wanted)}" if pd.notna(wanted) and pd.notna(have) else f"{int(have or 0)}"
             out.append(f"{run['run_id']} ({run.get('decoder')}): incomplete, {of} samples (not used; re-run its command to finish it)")

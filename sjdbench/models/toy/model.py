@@ -98,6 +98,30 @@ def weights_fingerprint(weights_dir: str | Path | None = None) -> str:
     return digest.hexdigest()[:16]
 
 
+def verify_weights(weights_dir: str | Path | None = None) -> None:
+    """Before loading: every weight file is whole, matches its recorded checksum and has the shapes
+    toy.json's model config needs (WeightsError naming the file otherwise)."""
+    from sjdbench.models.weights import WeightsError, check_weight_file, recorded_checksums
+
+    weights_dir = Path(weights_dir or WEIGHTS_DIR)
+    try:
+        meta = load_meta(weights_dir)
+        with torch.device("meta"):
+            shapes = {k: tuple(v.shape) for k, v in Llama(LlamaConfig(**meta["model"])).state_dict().items()}
+    except FileNotFoundError as error:
+        raise WeightsError(str(error)) from None
+    except (ValueError, KeyError, TypeError) as error:
+        raise WeightsError(f"{weights_dir / META_FILE} is corrupt or not a toy model config ({error}); restore it") from None
+    checksums = recorded_checksums(weights_dir)
+    check_weight_file(weights_dir / LM_FILE, shapes, checksums)
+    check_weight_file(weights_dir / TOKENIZER_FILE, None, checksums)
+
+
+def image_token_count(weights_dir: str | Path | None = None, **_) -> int:
+    """Image codes in the vocabulary, read from toy.json without loading the weights."""
+    return int(load_meta(weights_dir)["tokenizer"]["n_codes"])
+
+
 def trained_caption_encoder(meta: dict) -> Callable[[str], list[int]]:
     """The caption tokenization the weights were trained with (words; older weights: characters)."""
     text = meta.get("text") or {"kind": "chars"}

@@ -30,9 +30,17 @@ from sjdbench.models.toy import model as toy_model
 from sjdbench.models.toy.text import caption_encoder, grammar_words
 from sjdbench.models.toy.tokenizer import GRID, PatchTokenizer, roundtrip_error
 from sjdbench.models.toy.world import render_batch
+from sjdbench.models.weights import write_checksums
 
 
 SHIPPED_STEPS = 3400  # the step count of the shipped weights (see docs/TOY.md for the exact recipe)
+DEFAULT_OUT = Path("toy_weights")  # `sjdbench toy train` writes here unless told otherwise
+EXPORTED_MODE = 0o644  # safetensors writes 0600; exported weights are meant to be read by others
+
+
+def publish(path: Path) -> None:
+    """Make an exported file readable like any other file of the package."""
+    path.chmod(EXPORTED_MODE)
 
 
 @dataclass
@@ -144,6 +152,7 @@ def prepare_data(out_dir: Path, work_dir: Path, cfg: TrainConfig, log=print) -> 
         images, _ = render_batch(cfg.seed + 1000, 0, cfg.kmeans_images)
         tok = PatchTokenizer.fit(images, k=cfg.n_codes, iters=cfg.kmeans_iters, seed=cfg.seed)
         tok.save(tok_path)
+        publish(tok_path)
     chunk = 1000
     codes, captions = [], []
     with _progress() as progress:
@@ -224,17 +233,25 @@ def train_toy(
     minutes: float | None = None,
     work_dir: str | Path | None = None,
     log=print,
+    overwrite: bool = False,
     **overrides,
 ) -> dict:
-    """Train the toy model into out_dir (default: the package weights dir). Returns the metadata dict.
+    """Train the toy model into out_dir (default: ./toy_weights, a folder of its own). Returns the
+    metadata dict.
 
-    Checkpoint and encoded dataset go to work_dir: out_dir itself, except for the package weights
-    dir, where they go to ./.cache/toy_train so they are never shipped.
+    The shipped weights (the package weights dir) are replaced only with overwrite=True: a
+    retraining run takes about 40 minutes on 2 CPU cores and must not silently replace the
+    weights every run id of the shipped model refers to. Checkpoint and encoded dataset go to
+    work_dir: out_dir itself, except for the package weights dir, where they go to
+    ./.cache/toy_train so they are never shipped.
     """
-    out_dir = Path(out_dir or toy_model.WEIGHTS_DIR)
+    out_dir = Path(out_dir or DEFAULT_OUT)
+    is_package = out_dir.resolve() == toy_model.WEIGHTS_DIR.resolve()
+    if is_package and not overwrite:
+        raise ValueError(f"{out_dir} holds the shipped toy weights; train into another folder (--out DIR) and use it with "
+                         "model.options.weights_dir=DIR, or pass --overwrite to replace the shipped weights")
     out_dir.mkdir(parents=True, exist_ok=True)
     if work_dir is None:
-        is_package = out_dir.resolve() == toy_model.WEIGHTS_DIR.resolve()
         work_dir = Path(".cache") / "toy_train" if is_package else out_dir
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -340,6 +357,7 @@ def export(out_dir: Path, model: Llama, cfg: TrainConfig, data: dict, log_rows: 
     val = evaluate(model, data, cfg)
     val_uncond = evaluate(model, data, cfg, unconditional=True)
     save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(out_dir / toy_model.LM_FILE))
+    publish(out_dir / toy_model.LM_FILE)
     tail = [r["loss"] for r in log_rows[-5:]]
     meta = {
         "name": "toy",
@@ -362,5 +380,6 @@ def export(out_dir: Path, model: Llama, cfg: TrainConfig, data: dict, log_rows: 
         "environment": {"torch": torch.__version__, "python": platform.python_version(), "threads": cfg.threads},
     }
     (out_dir / toy_model.META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    write_checksums(out_dir, [toy_model.LM_FILE, toy_model.TOKENIZER_FILE])
     log(f"exported to {out_dir}: val loss {val['loss']:.3f} (codes {val['code_loss']:.3f}), unconditional {val_uncond['loss']:.3f}")
     return meta

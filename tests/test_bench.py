@@ -1,0 +1,27 @@
+"""`make bench` runs: the benchmark script decodes through the runner's timed decode and prints every
+table it promises (its timings are not checked: they belong to the machine, not to the code)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_decoders.py"
+
+
+def test_bench_script_runs_and_prints_latency_overhead_and_window_cost():
+    args = [sys.executable, str(SCRIPT), "--model", "debug", "--decoders", "sjd", "lantern", "--windows", "3", "5",
+            "--prompts", "2", "--overhead-prompts", "1"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("# model=debug prompts=2 tokens/image=72 device=cpu threads=1")
+    header = next(line for line in lines if line.startswith("decoder"))
+    assert header.split() == ["decoder", "W", "NFE", "step", "x", "speedup", "lat", "ms", "outside", "ms/it"]
+    rows = [line.split() for line in lines if line.split() and line.split()[0] in ("ar", "sjd", "lantern")]
+    assert [(r[0], r[1]) for r in rows] == [("ar", "1"), ("sjd", "3"), ("sjd", "5"), ("lantern", "3"), ("lantern", "5")]
+    assert rows[0][3:5] == ["1.00", "1.00"]  # AR: step compression and speedup 1 by definition
+    for row in rows:
+        share = float(row[6].rstrip("%"))
+        assert 0 < share < 100 and float(row[7]) > 0  # a share of wall time and a time per iteration
+    cost = next(line for line in lines if line.startswith("# window forward cost"))
+    assert "W=3:" in cost and "W=5:" in cost
