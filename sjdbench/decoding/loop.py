@@ -92,9 +92,9 @@ def _trace_set(layout, count: int) -> set[int]:
     return {content[i] for i in picks}
 
 
-def _carried(window: Window, verdict: Verdict, vocab_size: int) -> Carried:
-    """The drafts the window held at the continuation's target positions (zeros where none)."""
-    carried = np.array(verdict.carried, dtype=np.int64)
+def _carried(window: Window, carried: np.ndarray, vocab_size: int) -> Carried:
+    """The drafts the window held at the continuation's target positions: carried (C,) draft slots,
+    -1 where none (zeros there)."""
     node_of = np.full(len(window), -1, dtype=np.int64)
     node_of[window.node_slots] = np.arange(window.node_slots.size)
     device = window.tokens.device
@@ -151,7 +151,7 @@ def jacobi_decode(
 
         # 2. one forward; slot i predicts position positions[i] + 1
         logits = adapter.forward(window.tokens, torch.as_tensor(window.positions, device=device), cache, window.mask)
-        stats.record_forward(len(window), window.roots.size)
+        stats.record_forward(len(window), window.in_flight)
         target_host = window.positions + 1
         targets = torch.as_tensor(target_host, device=device)
         p = process_logits(logits, masks.rows[masks.index[targets]], sampling)  # (L, V)
@@ -223,6 +223,10 @@ def _propose(decoder: Decoder, window: Window, verdict: Verdict, p: torch.Tensor
     """The pending drafts after this iteration: the continuation's proposals plus every earlier
     draft whose position is neither decided nor re-proposed."""
     cont = np.array(verdict.continuation, dtype=np.int64)
+    carried = np.array(verdict.carried, dtype=np.int64)
+    open_ = ~state.decided[window.positions[cont] + 1] if cont.size else np.zeros(0, dtype=bool)
+    if not open_.all():  # a slot that only caches its token predicts a decided position: nothing to propose
+        cont, carried = cont[open_], carried[open_]
     pending = state.pending
     keep = ~state.decided[pending.positions]
     if cont.size == 0:
@@ -234,7 +238,7 @@ def _propose(decoder: Decoder, window: Window, verdict: Verdict, p: torch.Tensor
     targets = torch.as_tensor(target_host, device=device)
     cont_growth = growth[rows] if growth is not None else None
     proposal_ctx = ProposalContext(targets, history, cont_growth, generator)
-    drafts, refs = decoder.proposal.propose(p[cont_t], _carried(window, verdict, p.shape[-1]), proposal_ctx)
+    drafts, refs = decoder.proposal.propose(p[cont_t], _carried(window, carried, p.shape[-1]), proposal_ctx)
     if growth is not None:
         proposed = WindowState.proposed(drafts, refs, target_host, cont_growth.gather(-1, drafts[:, None]).squeeze(-1),
                                         observed[rows])

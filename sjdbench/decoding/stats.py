@@ -37,7 +37,7 @@ class DecodeStats:
     row_accepted: np.ndarray = None  # [r] = accepted drafts in grid row r
     row_verified: np.ndarray = None
     slots_fed: int = 0  # window slots over all forwards (roots included)
-    rows_in_flight: np.ndarray = None  # [k] = iterations whose window held k roots (rows in flight)
+    rows_in_flight: np.ndarray = None  # [k] = iterations whose window held k rows in flight (chains: 1)
     growth_eligible_accepted: torch.Tensor | int = 0  # accepted drafts with >= N+1 observations
     growth_grew_accepted: torch.Tensor | int = 0  # ... of which rose over the last N iterations
     growth_flagged_verified: torch.Tensor | int = 0  # verified drafts flagged M = 1
@@ -58,11 +58,11 @@ class DecodeStats:
             row_accepted=zeros(grid_rows), row_verified=zeros(grid_rows), rows_in_flight=zeros(window + 1),
         )
 
-    def record_forward(self, slots: int, roots: int) -> None:
+    def record_forward(self, slots: int, rows: int) -> None:
         self.nfe += 1
         self.iterations += 1
         self.slots_fed += slots
-        self.rows_in_flight[min(roots, len(self.rows_in_flight) - 1)] += 1
+        self.rows_in_flight[min(rows, len(self.rows_in_flight) - 1)] += 1
 
     def record_tests(self, m: int, depth: np.ndarray, sibling: np.ndarray, row: np.ndarray, accepted: np.ndarray,
                      content: np.ndarray, fresh: np.ndarray, grew=None, eligible=None, grew_verify=None,

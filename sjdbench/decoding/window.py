@@ -144,6 +144,7 @@ class Window:
     emits: np.ndarray  # (L,) bool host: a root whose accepted path ends with an emitted token (residual or bonus)
     mask: torch.Tensor | None  # (L, L) bool: slot i sees slot j; None = the causal chain
     decided_now: list[int] = field(default_factory=list)  # positions the plan itself decided (forced anchors)
+    in_flight: int = 1  # rows (chains that predict) in this window; a root that only enters the cache is not one
 
     def __len__(self) -> int:
         return int(self.positions.shape[0])

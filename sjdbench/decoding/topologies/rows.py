@@ -6,12 +6,15 @@ r has `row_start` decided image tokens. Every forward holds, for each row in fli
 down, a chain [last decided token of the row, drafts ...] of at most `row_window` slots at the
 row's true raster positions, within `window` slots in all (and at most `max_rows` rows; 0 = no cap).
 A row below the top unfinished one only predicts cells whose cell above is decided (it stays behind
-the row above). A slot sees the tokens in the cache at earlier positions (the decided prefixes of the
-rows above and of its own row) and the earlier slots of its own chain: the row-causal mask.
+the row above). A slot sees every decided token at an earlier position (in the cache, or re-fed in
+this forward as another row's first slot) and the earlier drafts of its own row, never another
+row's drafts: the row-causal mask.
 
 A row's first chain starts from its anchor: the forced row end token of the row above (decided and
 cached with this forward), or, in layouts without one, the latest decided token of the row above
-re-fed at the position just before the row (ZipAR's reading for LlamaGen), never cached.
+re-fed at the position just before the row (ZipAR's reading for LlamaGen), never cached. A row that
+finished with an emitted token, or that cannot advance this time, still feeds its last decided token
+(one slot that predicts nothing) so that every decided token enters the cache.
 
 Verification is per row. `emit: leading` (PJD): only the top unfinished row emits a token (the
 residual at its first rejection, or the bonus); the rows below keep their accepted prefix and the
@@ -108,8 +111,15 @@ class RowsTopology(ForestTopology):
         complete = [f == e for f, e in zip(frontier, bands.end)]
         leading = next(r for r in range(H) if not complete[r])
 
-        chains, budget = [], window  # (row, root position, root token, commit root, drafts' positions)
+        chains, budget = [], window  # (root position, root token, commit root, drafts' positions, emits)
         decided_now: list[int] = []
+        in_flight = 0  # rows with a chain that predicts (not counting roots that only enter the cache)
+        for r in range(H):  # a decided token not yet cached whose row gets no chain now: cache it (one slot)
+            last = frontier[r] - 1
+            waiting = last >= bands.start[r] and decided[last] and not cached[last]
+            if waiting and (complete[r] or r < leading) and budget > 0:
+                chains.append((last, state.tokens[last : last + 1], True, [], False))
+                budget -= 1
         for r in range(leading, H):
             if budget < 1 or (self.max_rows and len(chains) >= self.max_rows):
                 break
@@ -123,6 +133,9 @@ class RowsTopology(ForestTopology):
             limit = int(bands.cells[r, above]) if above_open and above < width else int(bands.end[r])
             slots = min(self.row_window, limit - f, budget)
             if slots < 1:
+                if decided[f - 1] and not cached[f - 1] and f - 1 >= bands.start[r] and budget > 0:
+                    chains.append((f - 1, state.tokens[f - 1 : f], True, [], False))  # cache it, predict nothing
+                    budget -= 1
                 continue
             budget -= slots
             root = f - 1
@@ -137,11 +150,12 @@ class RowsTopology(ForestTopology):
                 latest = frontier[r - 1] - 1
                 token, commit = state.tokens[latest : latest + 1], False
             chains.append((root, token, commit, list(range(f, f + slots - 1)), r == leading or self.emit == "all"))
+            in_flight += 1
 
         wanted = sorted(p for *_, positions, _ in chains for p in positions)
         drafts_for(state, wanted, init, ctx, generator)  # one init call for every row's new drafts
         parent, positions, tokens, node_positions = [], [], [], []
-        commit_root, emits, hidden = [], [], []
+        commit_root, emits, hidden, shared = [], [], [], []
         for root, token, commit, chain, emitting in chains:
             base = len(parent)
             parent += [-1] + list(range(base, base + len(chain)))
@@ -151,6 +165,7 @@ class RowsTopology(ForestTopology):
             commit_root += [commit] + [False] * len(chain)
             emits += [emitting] + [False] * len(chain)
             hidden += [bool(cached[root])] + [False] * len(chain)
+            shared += [bool(decided[root] and not cached[root])] + [False] * len(chain)
         nodes = state.pending.gather(state.pending.index_of(node_positions))
         slot_tokens = torch.cat([t for t in tokens])
         parent_arr = np.array(parent, dtype=np.int64)
@@ -158,14 +173,20 @@ class RowsTopology(ForestTopology):
         full = torch.zeros(len(parent), dtype=torch.long, device=slot_tokens.device)
         full[torch.as_tensor(np.flatnonzero(parent_arr < 0), device=full.device)] = slot_tokens
         full[drafts] = nodes.drafts
+        pos = np.array(positions, dtype=np.int64)
+        mask = ancestor_mask(parent_arr, np.array(hidden, dtype=bool))
+        if any(shared):  # decided tokens entering the cache now are context for every later slot
+            cols = np.flatnonzero(shared)
+            mask[:, cols] |= pos[:, None] > pos[cols][None, :]
         return Window(
             tokens=full,
-            positions=np.array(positions, dtype=np.int64),
+            positions=pos,
             parent=parent_arr,
             sibling=np.zeros(len(parent), dtype=np.int64),
             nodes=nodes,
             commit_root=np.array(commit_root, dtype=bool),
             emits=np.array(emits, dtype=bool),
-            mask=torch.from_numpy(ancestor_mask(parent_arr, np.array(hidden, dtype=bool))).to(full.device),
+            mask=torch.from_numpy(mask).to(full.device),
             decided_now=decided_now,
+            in_flight=max(in_flight, 1),
         )
