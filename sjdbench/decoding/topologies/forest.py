@@ -17,9 +17,11 @@ prefix wins, lowest index on ties. It may pick sibling k > 0 although sibling 0 
 not exact; the exactness suite shows it.
 
 After verification the slots whose p turns into next drafts (the *continuation*) are the chain of
-first children below where the walk ended: their positions come right after the decided ones. The
-draft a continuation slot's first child holds is carried to the proposal (the coupling may keep it);
-a draft that was rejected and not replaced by an emitted token is dropped and redrawn from p.
+first children below where the walk ended, then, past its end, the root's first-child path (a tree's
+main path): their positions come right after the decided ones. The draft waiting at each target is
+carried to the proposal (the coupling may keep it); a draft that was rejected and not replaced by an
+emitted token is dropped and redrawn from p. No draft the verifier looked at is carried, so the
+carried drafts are still distributed as their references: the coupling stays exact.
 """
 from __future__ import annotations
 
@@ -104,19 +106,41 @@ class ForestTopology:
                     break
                 path.append(chosen)
                 end = chosen
-            below = first_children(end, kids)
             if window.emits[root]:
                 emit_slots.append(end)
                 dists.append(self.emission(window, p, end, kids[end], chains, verifier, node_of))
-                cont, carry = below, below[1:] + [-1]
-            else:  # nothing emitted: the slot where the walk ended re-proposes the rejected position,
-                cont, carry = [end] + below, [-1] + below[1:] + ([-1] if below else [])  # and that draft is dropped
+            cont, carry = self.continuation(window, int(root), end, kids)
             accepted += path
             continuation += cont
-            carried += carry[: len(cont)]
+            carried += carry
             realized += [int(root)] + path + (cont if window.emits[root] else cont[1:])  # cont[0] is `end`
         emitted = sample(torch.stack(dists), generator) if dists else torch.zeros(0, dtype=torch.long, device=p.device)
         return Verdict(accepted, emit_slots, emitted, tested, continuation, carried, realized)
+
+    @staticmethod
+    def continuation(window: Window, root: int, end: int, kids: list[list[int]]) -> tuple[list[int], list[int]]:
+        """The slots whose p proposes the next drafts, one per position from the first undecided one
+        on, and the draft slot each carries (-1: none).
+
+        The source of position t's proposal is the slot at t - 1 on the chain of first children below
+        `end` (its context is the accepted path), else the slot at t - 1 on the root's first-child path
+        (a tree's main path, whose context holds a rejected sibling, as a chain's does after a
+        rejection). The carried draft is the one waiting at t on the same two chains, except the draft
+        just rejected at an unemitted position, which is redrawn."""
+        position = window.positions
+        emits = bool(window.emits[root])
+        near = {int(position[s]): s for s in [end] + first_children(end, kids)}
+        main = {int(position[s]): s for s in [root] + first_children(root, kids)}
+        start = int(position[end]) + (2 if emits else 1)  # first undecided position after the walk
+        cont, carry = [], []
+        for t in range(start, start + len(window)):
+            source = near.get(t - 1, main.get(t - 1))
+            if source is None:
+                break
+            waiting = near.get(t, main.get(t))
+            cont.append(source)
+            carry.append(-1 if waiting is None or (not emits and t == start) else waiting)
+        return cont, carry
 
     def emission(self, window: Window, p: torch.Tensor, end: int, children: list[int], chains: dict,
                  verifier: Verifier, node_of: np.ndarray) -> torch.Tensor:
