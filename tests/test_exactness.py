@@ -40,8 +40,10 @@ N_FULL = 20_000
 N_FAST = 8_000
 PROMPT = "ab"
 P_PASS = 1e-3  # a lossless decoder's p-value must exceed this (fixed seeds: deterministic outcome)
-LOSSLESS = ["sjd", "sjd_left", "sjd_pp", "mc_sjd", "sjd_vp", "vp_coupled", "sjd_pac", "sjd_pac_deep"]
-TREES = ("sjd_pac", "sjd_pac_deep", "tree_longest", "tree_uniform_bonus")
+LOSSLESS = ["sjd", "sjd_left", "sjd_pp", "mc_sjd", "sjd_vp", "vp_coupled", "sjd_pac", "sjd_pac_k4", "sjd_pac_deep"]
+LOSSLESS += ["sjd_tree"]  # the draft tree without adaptive continuation (resample proposal)
+LOSSLESS_FAST = [kind for kind in LOSSLESS if kind not in ("sjd_pac_k4", "sjd_tree")]  # those at 20k only
+TREES = ("sjd_pac", "sjd_pac_k4", "sjd_pac_deep", "sjd_tree", "tree_longest", "tree_uniform_bonus")
 
 
 def enumerable_adapter():
@@ -92,23 +94,29 @@ def make_decoder(kind: str, adapter=None) -> Decoder:
         return replace(base, proposal=part("proposal", "vp", inner="coupled", **vp), growth_steps=1, track_growth=True)
     if kind == "broken_stale_q":
         return replace(base, proposal=StaleReferenceProposal(), track_growth=True)
-    if kind == "sjd_pac":  # the preset's tree (K = 3, D = 3), a window holding every position
-        return replace(base, window=16, proposal=part("proposal", "coupled"), topology=part("topology", "tree"))
+    if kind == "sjd_pac":  # the preset (K = 3, D = 3, init uniform) in 8 slots: the window ends inside the image
+        return replace(base, window=8, proposal=part("proposal", "coupled"), init=part("init", "uniform"),
+                       topology=part("topology", "tree"))
+    if kind == "sjd_tree":
+        return replace(make_decoder("sjd_pac_deep"), proposal=part("proposal", "resample"))
+    if kind == "sjd_pac_k4":  # K = 4: every code of the model is a sibling at each content position
+        return replace(make_decoder("sjd_pac"), topology=part("topology", "tree", width=4))
     if kind == "sjd_pac_deep":  # K = 2, D = 5: siblings at every content position
-        return replace(base, window=32, proposal=part("proposal", "coupled"),
+        return replace(base, window=32, proposal=part("proposal", "coupled"), init=part("init", "uniform"),
                        topology=part("topology", "tree", width=2, depth=5))
     if kind == "tree_longest":
         return replace(make_decoder("sjd_pac_deep"), topology=part("topology", "tree", width=2, depth=5, select="longest"))
-    if kind == "tree_uniform_bonus":
-        return replace(make_decoder("sjd_pac_deep"), topology=UniformBonusTree(width=2, depth=5))
+    if kind == "tree_uniform_bonus":  # in 8 slots, a fully accepted path often ends before an image token
+        return replace(make_decoder("sjd_pac"), topology=UniformBonusTree(width=3, depth=3))
     if kind == "zipar_apart":  # rows that never overlap (row_start = the grid's width): AR itself
         return replace(base, window=16, topology=part("topology", "rows", row_window=1, row_start=2, emit="all"))
     if kind == "zipar":
         return replace(base, window=16, topology=part("topology", "rows", row_window=1, row_start=1, emit="all"))
     if kind == "pjd":
         return replace(base, window=16, proposal=part("proposal", "reuse"), topology=part("topology", "rows", row_start=1))
-    if kind == "lantern_pac":
-        return replace(make_decoder("sjd_pac"), verifier=part("verifier", "lantern", adapter, k=3, delta=0.1))
+    if kind == "lantern_pac":  # the preset keeps one-hot references for fresh drafts (init random)
+        return replace(make_decoder("sjd_pac"), init=part("init", "random"),
+                       verifier=part("verifier", "lantern", adapter, k=3, delta=0.1))
     if kind == "lantern":
         return replace(base, verifier=part("verifier", "lantern", adapter, k=3, delta=0.1))
     if kind == "gsd":
@@ -187,7 +195,7 @@ def check_broken_detected(n: int, exact: dict, threshold: float, kind: str = "br
     assert p_value < threshold
 
 
-@pytest.mark.parametrize("kind", LOSSLESS)
+@pytest.mark.parametrize("kind", LOSSLESS_FAST)
 def test_lossless_decoder_matches_exact_ar_fast(kind, exact):
     check_lossless(kind, N_FAST, exact)
 
@@ -219,11 +227,11 @@ def test_tree_longest_path_reading_is_detected(exact):
     check_broken_detected(N_FULL, exact, 1e-6, "tree_longest")
 
 
-@pytest.mark.slow
 def test_tree_uniform_bonus_is_detected(exact):
     """The suspected bug of the released code, a uniform token after a fully accepted path instead of
-    a draw from the last slot's p, is a different distribution: the test rejects it."""
-    check_broken_detected(N_FULL, exact, 1e-6, "tree_uniform_bonus")
+    a draw from the last slot's p, is a gross error (measured at 8k: chi2 = 4881 at 107 dof, TV
+    0.26): 2,000 samples reject it."""
+    check_broken_detected(N_FAST // 4, exact, 1e-6, "tree_uniform_bonus")
 
 
 def test_rows_that_never_overlap_are_ar(exact):
@@ -238,12 +246,11 @@ def test_rows_that_never_overlap_are_ar(exact):
     assert p_value > P_PASS
 
 
-@pytest.mark.parametrize("kind", ["pjd", "zipar"])
-def test_rows_in_flight_are_lossy_and_their_tv_is_measured(kind, exact):
+@pytest.mark.parametrize("kind,n", [("pjd", N_FAST), ("zipar", N_FAST // 2)])
+def test_rows_in_flight_are_lossy_and_their_tv_is_measured(kind, n, exact):
     """Rows that overlap sample from a partial context (the row above is decided only in part): the
-    chi-square test rejects them and the TV from AR is well above an exact sampler's noise floor.
-    The numbers go to the README."""
-    n = N_FAST
+    chi-square test rejects them and the TV from AR is above an exact sampler's noise floor. The
+    numbers go to the README."""
     counts, totals = sample_decoder(kind, n)
     stat, dof, p_value = chi_square(counts, exact)
     tv, noise = tv_from(counts, exact), expected_tv_noise(exact, n)
@@ -252,6 +259,7 @@ def test_rows_in_flight_are_lossy_and_their_tv_is_measured(kind, exact):
     assert p_value < P_PASS and tv > noise
 
 
+@pytest.mark.slow
 def test_lantern_inside_the_tree_stays_within_its_bound(exact):
     """LANTERN's relaxed test at every sibling: lossy; TV within its per-token bound over the 4
     content positions (plus sampling noise), as for LANTERN in the chain."""

@@ -109,8 +109,12 @@ class Verifier(Protocol):
 
 @runtime_checkable
 class Init(Protocol):
+    """An init may also define `references(drafts, positions, ctx, vocab_size) -> (F, V)`: the
+    distributions its drafts were drawn from, used as their reference q (default: one-hot)."""
+
     def fill(self, positions: list[int], ctx: "InitContext", generator: torch.Generator) -> torch.Tensor:
-        """Drafts (F,) for never-predicted positions (ascending); their reference q is one-hot."""
+        """Drafts (F,) for never-predicted positions (ascending); their reference q is one-hot unless
+        the init states `references`."""
         ...
 
 

@@ -61,12 +61,14 @@ class WindowState:
     def __len__(self) -> int:
         return int(self.drafts.numel())
 
-    def append_fresh(self, drafts: torch.Tensor, positions: np.ndarray | list[int]) -> "WindowState":
-        """Add init drafts (F,) for `positions` (F,) after the existing entries; their reference is one-hot."""
+    def append_fresh(self, drafts: torch.Tensor, positions: np.ndarray | list[int],
+                     refs: torch.Tensor | None = None) -> "WindowState":
+        """Add init drafts (F,) for `positions` (F,) after the existing entries; their reference is
+        `refs` (F, V) when the init drew them from a distribution, else one-hot."""
         no = torch.zeros_like(drafts, dtype=torch.bool)
         return WindowState(
             torch.cat([self.drafts, drafts]),
-            torch.cat([self.refs, one_hot(drafts, self.refs.shape[-1])]),
+            torch.cat([self.refs, one_hot(drafts, self.refs.shape[-1]) if refs is None else refs]),
             np.concatenate([self.fresh, np.ones(drafts.numel(), dtype=bool)]),
             torch.cat([self.grew, no]),
             torch.cat([self.eligible, no]),

@@ -68,7 +68,10 @@ def drafts_for(state: DecodeState, positions: list[int], init: Init, ctx: InitCo
     index = state.pending.index_of(positions)
     missing = [p for p, i in zip(positions, index) if i < 0]
     if missing:
-        state.pending = state.pending.append_fresh(init.fill(missing, ctx, generator), missing)
+        drafts = init.fill(missing, ctx, generator)
+        references = getattr(init, "references", None)  # an init that samples may state its q
+        refs = references(drafts, missing, ctx, state.pending.refs.shape[-1]) if references else None
+        state.pending = state.pending.append_fresh(drafts, missing, refs)
         index = state.pending.index_of(positions)
     if (index == np.arange(len(positions))).all():
         return state.pending.head(len(positions))
