@@ -61,6 +61,7 @@ class DecoderConfig:
     proposal: Dict[str, Any] = field(default_factory=dict)
     verifier: Dict[str, Any] = field(default_factory=dict)
     init: Dict[str, Any] = field(default_factory=dict)
+    topology: Dict[str, Any] = field(default_factory=dict)  # the window's shape; empty = chain
     growth_steps: int = 3  # N of the consecutive-growth mask (VP and the statistics)
     growth_reading: str = "increases"  # increases: N strict increases | observations: N observations
     trace_positions: int = 8  # probability trajectories recorded per sample (not part of the run id)

@@ -5,6 +5,12 @@ are tabulated once through the adapter's own prefill/forward, so (a) the exact A
 full sequence is a product of processed distributions, and (b) decoding many samples is cheap because
 `TabulatedAdapter` answers forwards by lookup. A chi-square goodness-of-fit test then says whether the
 decoder is indistinguishable from AR; the total-variation distance says by how much it is not.
+
+A chain or a draft tree only ever shows a slot a whole prefix (position 0 up to its own), which the
+table answers. Several rows in flight show a slot a context with holes (the rows above are decided
+only in part); such a window is answered by the wrapped model itself, with its own cache brought to
+the state the decode's earlier forwards and commits left it in (replayed once, then kept in step),
+so a lossy decoder's distribution is measured as it runs on the real model.
 """
 from __future__ import annotations
 
@@ -20,12 +26,22 @@ from sjdbench.decoding.processing import StructureMasks, process_logits
 from sjdbench.adapter import Sampling
 
 
+def enumerable_model():
+    """The exactness suite's model: the debug LLaMA on a 2x2 grid of 4 codes with a row end token
+    after each row (6 positions, 256 sequences), CFG 2, weights small enough (std 0.15) that many
+    sequences carry mass and every conditional depends on its context."""
+    from sjdbench.models.debug import build_debug_adapter
+
+    return build_debug_adapter(grid_h=2, grid_w=2, n_codes=4, dim=32, n_layers=2, init_std=0.15, cfg_scale=2.0, seed=0)
+
+
 class TabulatedAdapter:
     """Wraps an adapter; serves prefill/forward from a table of every prefix's logits."""
 
     def __init__(self, adapter, prompt: str) -> None:
         self.inner = adapter
         self.prompt_text = prompt
+        self.live_forwards = 0  # forwards answered by the wrapped model (contexts with holes)
         for attr in ("name", "vocab_size", "layout", "image_token_ids", "default_sampling", "device"):
             setattr(self, attr, getattr(adapter, attr))
         self.table = self._tabulate()
@@ -54,8 +70,10 @@ class TabulatedAdapter:
 
     def new_cache(self, prompt, extra: int) -> dict:
         """committed[j]: the token committed at segment position j (-1: none yet); window: the last
-        forward's (tokens, positions)."""
-        return {"committed": [-1] * self.layout.n_positions, "window": ([], [])}
+        forward's (tokens, positions); calls: this decode's forwards and commits, replayed on the wrapped
+        model when a window first needs it; live: the wrapped model's cache is in step."""
+        return {"committed": [-1] * self.layout.n_positions, "window": ([], []), "calls": [], "extra": extra,
+                "live": False}
 
     def prefill(self, prompt, cache) -> torch.Tensor:
         return self.table[()].to(self.device)
@@ -64,6 +82,8 @@ class TabulatedAdapter:
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         values, where = tokens.tolist(), positions.tolist()
         cache["window"] = (values, where)
+        if cache["live"]:
+            return self._live(("forward", tokens, positions, mask), cache)
         rows = []
         for i, pos in enumerate(where):
             seen = {j: t for j, t in enumerate(cache["committed"][:pos]) if t >= 0}
@@ -71,15 +91,37 @@ class TabulatedAdapter:
                 if (j <= i) if mask is None else bool(mask[i, j]):
                     seen[where[j]] = values[j]
             prefix = tuple(seen.get(j, -1) for j in range(pos + 1))
-            if -1 in prefix:
-                raise ValueError(f"slot {i} at position {pos} does not see a whole prefix; only prefixes are tabulated")
+            if -1 in prefix:  # a context with holes: the wrapped model answers from here on
+                return self._live(("forward", tokens, positions, mask), cache)
             rows.append(self.table[prefix])
+        cache["calls"].append(("forward", tokens, positions, mask))
         return torch.stack(rows, dim=1).to(self.device)  # (2, L, V)
 
     def commit(self, cache: dict, slots: torch.Tensor) -> None:
         values, where = cache["window"]
         for slot in slots.tolist():
             cache["committed"][where[slot]] = values[slot]
+        if cache["live"]:
+            self.inner.commit(cache["inner"], slots)
+        else:
+            cache["calls"].append(("commit", slots))
+
+    def _live(self, call: tuple, cache: dict) -> torch.Tensor:
+        """Run `call` on the wrapped model, first replaying this decode's earlier calls on a fresh cache."""
+        inner = self.inner
+        if not cache["live"]:
+            prompt = inner.encode_prompt(self.prompt_text)
+            cache["inner"] = inner.new_cache(prompt, extra=cache["extra"])
+            inner.prefill(prompt, cache["inner"])
+            for name, *args in cache["calls"]:
+                if name == "forward":
+                    inner.forward(args[0], args[1], cache["inner"], args[2])
+                else:
+                    inner.commit(cache["inner"], args[0])
+            cache["live"], cache["calls"] = True, []
+        self.live_forwards += 1
+        _, tokens, positions, mask = call
+        return inner.forward(tokens, positions, cache["inner"], mask).to(self.device)
 
     def codebook(self) -> torch.Tensor:
         return self.inner.codebook()

@@ -264,6 +264,7 @@ def summary_of(plan_: RunPlan, rows: list[dict]) -> dict:
         "decoder_preset": config.decoder.name,
         "decoder_family": family(spec),
         "decoder_spec": spec.identity(),
+        "decoder_lossless": spec.lossless(),
         "window": config.decoder.window,
         "growth_steps": config.decoder.growth_steps,
         "schema": SCHEMA,

@@ -156,7 +156,7 @@ def test_a_new_knob_rekeys_only_the_decoders_that_use_its_part(monkeypatch):
     after = {name: run_id(f"decoder={name}") for name in group_choices("decoder")}
     preset_spec.cache_clear()
     changed = {name for name in before if before[name] != after[name]}
-    assert changed == {"lantern", "lantern_vp"}
+    assert changed == {"lantern", "lantern_vp", "lantern_pac"}
 
 
 def test_labels_name_the_knobs_that_differ_from_the_preset():

@@ -69,7 +69,7 @@ def no_model_loads(monkeypatch):
     (["device=meta"], "sjdbench does not run on 'meta' devices"),
     (["decoder=sjd,sjd_vp"], "to run several, sweep over them: sjdbench sweep decoder=sjd,sjd_vp"),
     (["decoder=[sjd,sjd_vp]"], "to run several, sweep over them: sjdbench sweep decoder=sjd,sjd_vp"),
-    (["decoder="], "decoder= needs a value; choose one of: ar, gsd, gsd_vp, jacobi, lantern, lantern_vp, mc_sjd, sjd, sjd_pp, sjd_vp"),
+    (["decoder="], "decoder= needs a value; choose one of: ar, gsd, gsd_vp, jacobi, lantern, lantern_pac, lantern_vp, mc_sjd, pjd, sjd, sjd_pac, sjd_pp, sjd_vp, zipar"),
     (["decoder.window==3"], "'decoder.window==3' has two '='; write decoder.window=3"),
     (["decoder.window=16,32"], "`run` takes one value per key; to run several, use sjdbench sweep decoder.window=16,32"),
     (["threads=0"], "threads must be >= 1"),

@@ -1,4 +1,5 @@
 """`sjdbench report` tables on a synthetic store: every value against a hand computation."""
+import dataclasses
 import json
 import math
 import re
@@ -295,9 +296,13 @@ def test_bad_filters_are_one_line_errors(built, tmp_path, words, message):
 @pytest.mark.parametrize("preset, lossless", [
     ("ar", True), ("jacobi", True), ("sjd", True), ("sjd_pp", True), ("mc_sjd", True), ("sjd_vp", True),
     ("lantern", False), ("lantern_vp", False), ("gsd", False), ("gsd_vp", False),
+    ("sjd_pac", True), ("lantern_pac", False), ("pjd", False), ("zipar", False),
 ])
 def test_lossless_follows_the_parts(preset, lossless):
-    assert is_lossless(decoder_spec(compose_run([f"decoder={preset}"])).identity()) is lossless
+    """The parts' own claim (stored with each run) and the report's fallback for older runs agree."""
+    spec = decoder_spec(compose_run([f"decoder={preset}"]))
+    assert spec.lossless() is lossless
+    assert is_lossless(spec.identity()) is lossless
 
 
 @pytest.mark.parametrize("overrides, lossless", [
@@ -307,16 +312,33 @@ def test_lossless_follows_the_parts(preset, lossless):
     (["decoder=sjd_vp", "decoder.proposal.inner=coupled"], True),
     (["decoder=sjd_vp", "decoder.proposal.inner={name:coupled,tau:0.9}"], False),
     (["decoder=sjd", "decoder/init=above"], True),
+    (["decoder=mc_sjd", "decoder.proposal.reference=old_q"], False),
+    (["decoder=sjd_pac", "decoder.topology.select=longest"], False),
+    (["decoder=sjd_pac", "decoder/init=random"], True),
+    (["decoder=sjd", "decoder/proposal=reuse"], False),
 ])
 def test_lossless_reads_the_knobs(overrides, lossless):
-    assert is_lossless(decoder_spec(compose_run(overrides)).identity()) is lossless
+    spec = decoder_spec(compose_run(overrides))
+    assert spec.lossless() is lossless
+    assert is_lossless(spec.identity()) is lossless
+
+
+def test_a_part_that_claims_nothing_is_lossy():
+    """A part without a `lossless` classmethod (e.g. one of a user's own) makes the decoder lossy."""
+    from sjdbench.decoding.parts import PartSpec, NoKnobs
+
+    spec = decoder_spec(compose_run(["decoder=sjd"]))
+    silent = PartSpec("verifier", "mine", "builtins.object", NoKnobs())
+    assert spec.lossless() and not dataclasses.replace(spec, verifier=silent).lossless()
 
 
 def test_unknown_parts_and_knobs_count_as_lossy():
     spec = decoder_spec(compose_run(["decoder=sjd"])).identity()
     assert not is_lossless({**spec, "verifier": {"name": "exact", "reading": "official"}})
     assert not is_lossless({**spec, "proposal": {"name": "mystery"}})
-    assert not is_lossless({**spec, "topology": {"name": "tree"}})
+    assert not is_lossless({**spec, "topology": {"name": "tree"}})  # a tree that does not say how it selects
+    assert not is_lossless({**spec, "topology": {"name": "rows", "row_window": 8}})
+    assert is_lossless({**spec, "topology": {"name": "tree", "width": 3, "depth": 3, "select": "first"}})
 
 
 def test_a_two_setting_grid_gives_a_table_per_setting_and_one_over_both(tmp_path):

@@ -51,10 +51,17 @@ def test_growth_mask_both_readings():
 
 
 def test_history_rows_reset_when_a_new_position_takes_the_slot():
+    """Positions keep their row while rows are free; once all 4 are taken, the position observed
+    least recently hands its row over and its history is gone."""
     history = history_with(TRAJ)
-    history.push(torch.tensor([4]), torch.tensor([[0.5, 0.25, 0.25]]))  # 4 % 4 == 0: same ring row
-    assert history.observations(torch.tensor([4])).tolist() == [1]
-    assert history.observations(torch.tensor([0])).tolist() == [0]
+    history.push(torch.tensor([4]), torch.tensor([[0.5, 0.25, 0.25]]))  # a free row: position 0 keeps its history
+    assert history.observations(torch.tensor([4, 0])).tolist() == [1, len(TRAJ)]
+    history.push(torch.tensor([5, 6, 4]), torch.full((3, 3), 1 / 3))  # rows: 0, 4, 5, 6 -> full
+    history.push(torch.tensor([7, 4]), torch.full((2, 3), 1 / 3))  # 0 was observed least recently: its row goes to 7
+    assert history.observations(torch.tensor([7, 4, 0, 5])).tolist() == [1, 3, 0, 1]
+    assert history.trajectory(0, 0) == [] and len(history.trajectory(4, 0)) == 3
+    recent, valid = history.last(torch.tensor([0, 4]), 2)
+    assert valid.tolist() == [[False, False], [True, True]]
 
 
 def test_score_and_fusion_renormalise():

@@ -15,7 +15,8 @@ from sjdbench.decoding.parts import KINDS, PartSpec, default_spec, resolve_part
 from sjdbench.errors import UserError
 
 GROWTH_READINGS = ("increases", "observations")
-AR_PARTS = {"proposal": "resample", "verifier": "exact", "init": "random"}  # what W = 1 needs (greedy: argmax AR)
+AR_PARTS = {"proposal": "resample", "verifier": "exact", "init": "random", "topology": "chain"}  # what W = 1 needs (greedy: argmax AR)
+DEFAULT_TOPOLOGY = "chain"  # a decoder config that names no topology has SJD's one-row window
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class DecoderSpec:
     proposal: PartSpec
     verifier: PartSpec
     init: PartSpec
+    topology: PartSpec = None  # resolve_decoder always sets it (chain when the config names none)
     growth_steps: int = 3
     growth_reading: str = "increases"
     trace_positions: int = 8
@@ -39,18 +41,27 @@ class DecoderSpec:
     def parts(self) -> dict[str, PartSpec]:
         return {kind: getattr(self, kind) for kind in KINDS}
 
+    def lossless(self) -> bool:
+        """Whether the decoder keeps AR's distribution: AR itself, or every part says it does with
+        the knobs it was given (greedy decoders keep greedy AR's). Recorded with each run, so a
+        report never has to re-derive it from an older sjdbench's parts."""
+        return self.is_ar or all(part.lossless() for part in self.parts().values())
+
     def identity(self) -> dict[str, Any]:
         """What changes the samples and the recorded statistics, and nothing else.
 
         AR (W = 1) has no drafts: only whether it is greedy matters. A windowed decoder is its parts
         with the knobs they read, plus the growth mask's N and reading (VP reads the mask; the
-        statistics of every windowed decoder record it).
+        statistics of every windowed decoder record it). The chain topology (SJD's window, the only
+        one before topologies were parts) is left out, so the runs of chain decoders keep their ids.
         """
         if self.is_ar:
             return {"window": 1, "greedy": self.greedy}
+        parts = {kind: part.identity() for kind, part in self.parts().items()
+                 if not (kind == "topology" and part.name == DEFAULT_TOPOLOGY)}
         return {
             "window": self.window,
-            **{kind: part.identity() for kind, part in self.parts().items()},
+            **parts,
             "growth": {"steps": self.growth_steps, "reading": self.growth_reading},
         }
 
@@ -76,6 +87,7 @@ class DecoderSpec:
             proposal=self.proposal.build(adapter),
             verifier=self.verifier.build(adapter),
             init=self.init.build(adapter),
+            topology=self.topology.build(adapter),
             growth_steps=self.growth_steps,
             strict_increases=self.growth_reading == "increases",
             trace_positions=self.trace_positions,
@@ -93,7 +105,10 @@ def resolve_decoder(config: Any) -> DecoderSpec:
         raise UserError(f"unknown decoder.growth_reading '{config.growth_reading}'; choose one of: {', '.join(GROWTH_READINGS)}")
     if config.trace_positions < 0:
         raise UserError(f"decoder.trace_positions must be >= 0, got {config.trace_positions}")
-    parts = {kind: resolve_part(kind, getattr(config, kind), f"decoder.{kind}") for kind in KINDS}
+    raw = {kind: getattr(config, kind, None) for kind in KINDS}
+    if not raw["topology"]:
+        raw["topology"] = DEFAULT_TOPOLOGY
+    parts = {kind: resolve_part(kind, raw[kind], f"decoder.{kind}") for kind in KINDS}
     return DecoderSpec(config.window, growth_steps=config.growth_steps, growth_reading=config.growth_reading,
                        trace_positions=config.trace_positions, **parts)
 

@@ -1,11 +1,13 @@
 """The parts a decoder is built from, their typed interfaces, and the registry that finds them.
 
-A decoder = proposal x verifier x init inside one loop (loop.py):
+A decoder = proposal x verifier x init x topology inside one loop (loop.py):
 - `Proposal`: after verification, turns the distributions at the not-yet-committed slots into next
-  iteration's drafts and their references q (resample, coupled, vp).
+  iteration's drafts and their references q (resample, coupled, vp, reuse).
 - `Verifier`: says which drafts pass and what the first rejected slot emits (exact, greedy,
   lantern, gsd).
 - `Init`: drafts for slots that were never predicted (random, left, above, argmax_left).
+- `Topology`: the shape of the window: which drafts one forward holds, at which positions, who sees
+  whom, and which roots emit a token (chain, tree, rows).
 
 A part is one file holding its config dataclass (its knobs, defaults and range checks) and the
 class built from it. It is registered by one YAML, `conf/decoder/<kind>/<name>.yaml`, whose
@@ -28,8 +30,9 @@ from sjdbench.errors import UserError
 
 if TYPE_CHECKING:
     from sjdbench.decoding.inits.neighbours import InitContext
+    from sjdbench.decoding.window import DecodeState, Window
 
-KINDS = ("proposal", "verifier", "init")
+KINDS = ("proposal", "verifier", "init", "topology")
 
 
 @dataclass
@@ -106,8 +109,31 @@ class Verifier(Protocol):
 
 @runtime_checkable
 class Init(Protocol):
+    """An init may also define `references(drafts, positions, ctx, vocab_size) -> (F, V)`: the
+    distributions its drafts were drawn from, used as their reference q (default: one-hot)."""
+
     def fill(self, positions: list[int], ctx: "InitContext", generator: torch.Generator) -> torch.Tensor:
-        """Drafts (F,) for never-predicted positions (ascending); their reference q is one-hot."""
+        """Drafts (F,) for never-predicted positions (ascending); their reference q is one-hot unless
+        the init states `references`."""
+        ...
+
+
+@runtime_checkable
+class Topology(Protocol):
+    select: str  # how the accepted path is chosen: "first" (recursive rejection sampling) | "longest"
+
+    def plan(self, state: "DecodeState", window: int, init: Init, ctx: "InitContext",
+             generator: torch.Generator) -> "Window":
+        """The slots of the next forward (at most `window`), drafting never-predicted positions with
+        the init; the forward's slot i predicts position positions[i] + 1."""
+        ...
+
+    def history_rows(self, window: int) -> int:
+        """Rows the probability history needs: the most positions one iteration observes."""
+        ...
+
+    def siblings(self) -> int:
+        """The most children a draft slot can have (1 for chains and rows)."""
         ...
 
 
@@ -190,6 +216,15 @@ class PartSpec:
             else:
                 out.extend(child.label_knobs(ref_child))
         return out
+
+    def lossless(self) -> bool:
+        """Whether this part, with these knobs (and nested parts), keeps AR's distribution. A part
+        states it with a `lossless(config, **nested) -> bool` classmethod; one that does not counts
+        as lossy: losslessness is a claim that needs a proof (tests/test_exactness.py)."""
+        claim = getattr(self.cls, "lossless", None)
+        if claim is None:
+            return False
+        return bool(claim(self.config, **{k: c.lossless() for k, c in self.children.items()}))
 
     def build(self, adapter: Any) -> Any:
         """The part object; nested parts are built first and passed by knob name."""

@@ -102,7 +102,8 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         "chain": part_chain(spec),
         "is_ar": is_ar(spec),
         "greedy": is_greedy(spec),
-        "lossless": is_lossless(spec),
+        # the parts' own claim, recorded by the runner; derived from the stored spec for older runs
+        "lossless": bool(record["decoder_lossless"]) if "decoder_lossless" in record else is_lossless(spec),
         "samples_per_prompt": config.get("samples_per_prompt", 1),
         "model_options": (config.get("model") or {}).get("options") or {},
         "pair_key": pair_key(env, config, record),

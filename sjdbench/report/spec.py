@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-KINDS = ("proposal", "verifier", "init")
+KINDS = ("proposal", "verifier", "init", "topology")
 
 # short column names for settings; a part's own knob symbols are looked up first (PartConfig.symbols)
 SETTING_NAMES = {
@@ -53,7 +53,7 @@ def _lossless_proposal(part: dict[str, Any]) -> bool:
     if name == "resample":
         return not knobs
     if name == "coupled":
-        return set(knobs) <= {"tau"} and knobs.get("tau") is None
+        return set(knobs) <= {"tau", "reference"} and knobs.get("tau") is None and knobs.get("reference", "new_p") == "new_p"
     if name == "vp":
         inner = knobs.pop("inner", {"name": "resample"})
         free = {"gamma", "history", "lam", "fusion", "fusion_top_k"}  # any value keeps q = the draw distribution
@@ -62,11 +62,23 @@ def _lossless_proposal(part: dict[str, Any]) -> bool:
     return False
 
 
+def _lossless_topology(part: dict[str, Any] | None) -> bool:
+    """No topology recorded: the chain. A tree is exact when it takes the first accepted sibling."""
+    if not part:
+        return True
+    name = part.get("name")
+    if name == "chain":
+        return True
+    return name == "tree" and part.get("select") == "first"
+
+
 def is_lossless(spec: dict[str, Any] | None) -> bool:
-    """A decoder is lossless when each of its parts is: verifier exact (modified rejection sampling)
-    or greedy (equals greedy AR), a lossless proposal (above), any init (init drafts carry a one-hot
-    reference, so the exact test stays exact). AR is lossless. Anything else, including a part or a
-    knob this function does not know, counts as lossy: losslessness is a claim that needs a proof."""
+    """The fallback for runs that do not record `decoder_lossless` (the parts' own claim, stored by
+    the runner): a decoder is lossless when each of its parts is: verifier exact (modified rejection
+    sampling) or greedy (equals greedy AR), a lossless proposal (above), any init (init drafts carry
+    the distribution they were drawn from as reference), a chain or a first-sibling tree. AR is
+    lossless. Anything else, including a part or a knob this function does not know, counts as
+    lossy: losslessness is a claim that needs a proof."""
     if not spec:
         return False
     if is_ar(spec):
@@ -74,13 +86,15 @@ def is_lossless(spec: dict[str, Any] | None) -> bool:
     verifier = spec.get("verifier") or {}
     verifier_ok = verifier.get("name") in ("exact", "greedy") and set(verifier) == {"name"}
     unknown_kinds = set(spec) - {"window", "growth", *KINDS}
-    return verifier_ok and _lossless_proposal(spec.get("proposal") or {}) and not unknown_kinds
+    return (verifier_ok and _lossless_proposal(spec.get("proposal") or {}) and _lossless_topology(spec.get("topology"))
+            and not unknown_kinds)
 
 
 def part_chain(spec: dict[str, Any] | None) -> str:
     """The parts that make a decoder a different algorithm (not a knob setting of one): the proposal
-    with its nested parts and the verifier, e.g. "vp(resample)+exact". Inits and knobs vary inside
-    one chain, so they are ablation axes."""
+    with its nested parts, the verifier and any topology other than the chain, e.g.
+    "vp(resample)+exact" or "coupled+exact+tree". Inits and knobs vary inside one algorithm, so they
+    are ablation axes."""
     if not spec:
         return "?"
     if is_ar(spec):
@@ -90,7 +104,9 @@ def part_chain(spec: dict[str, Any] | None) -> str:
         inner = [names(v) for v in part.values() if isinstance(v, dict)]
         return str(part.get("name", "?")) + (f"({','.join(inner)})" if inner else "")
 
-    return f"{names(spec.get('proposal') or {})}+{names(spec.get('verifier') or {})}"
+    topology = (spec.get("topology") or {}).get("name")
+    shape = f"+{topology}" if topology and topology != "chain" else ""
+    return f"{names(spec.get('proposal') or {})}+{names(spec.get('verifier') or {})}{shape}"
 
 
 def setting_name(key: str) -> str:

@@ -55,6 +55,11 @@ class CoupledProposal:
     Config = CoupledConfig
     history_depth = 0  # iterations of probability history it reads
 
+    @classmethod
+    def lossless(cls, config) -> bool:
+        """Maximal coupling with q := new p is exact; a ratio threshold (tau) or the old reference is not."""
+        return config.tau is None and config.reference == "new_p"
+
     def __init__(self, tau: float | None = None, reference: str = "new_p") -> None:
         self.tau, self.reference = tau, reference
 

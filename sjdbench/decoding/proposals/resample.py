@@ -14,6 +14,11 @@ from sjdbench.decoding.processing import sample
 class ResampleProposal(KnoblessPart):
     history_depth = 0  # iterations of probability history it reads
 
+    @classmethod
+    def lossless(cls, config) -> bool:
+        """Each draft is drawn from p and stored with q = p: the exact test stays exact."""
+        return True
+
     def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
         """p: (S, V) -> drafts (S,) ~ p, references p."""
         return sample(p, ctx.generator), p

@@ -99,6 +99,12 @@ def fuse(p: torch.Tensor, pbar: torch.Tensor, growth: torch.Tensor, config: VPCo
 class VPProposal:
     Config = VPConfig
 
+    @classmethod
+    def lossless(cls, config, inner: bool = True) -> bool:
+        """Exact when the stored reference is the distribution the draft was drawn from (the fused one, or p
+        when fusion is off) and the inner proposal is exact."""
+        return (config.fusion == "none" or config.reference == "fused") and inner
+
     def __init__(self, inner, config: VPConfig) -> None:
         self.inner = inner
         self.config = config

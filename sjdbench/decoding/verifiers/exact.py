@@ -13,6 +13,11 @@ from sjdbench.decoding.processing import residual
 class ExactVerifier(KnoblessPart):
     greedy = False
 
+    @classmethod
+    def lossless(cls, config) -> bool:
+        """Modified rejection sampling: accepted or residual, the token is distributed as p."""
+        return True
+
     def accept(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """p, q: (L, V); drafts, u: (L,) -> (L,) bool. u*q(d) < p(d) is min(1, p/q) > u without a division."""
         p_d = p.gather(-1, drafts[:, None]).squeeze(-1)

@@ -13,6 +13,11 @@ from sjdbench.decoding.processing import one_hot
 class GreedyVerifier(KnoblessPart):
     greedy = True
 
+    @classmethod
+    def lossless(cls, config) -> bool:
+        """Accepts exactly the argmax tokens: greedy AR, token for token."""
+        return True
+
     def accept(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return drafts == p.argmax(-1)
 

@@ -88,6 +88,11 @@ class GSDVerifier:
     Config = GSDConfig
     greedy = False
 
+    @classmethod
+    def lossless(cls, config) -> bool:
+        """Grouped acceptance: lossy by design."""
+        return False
+
     def __init__(self, embeddings: torch.Tensor, group_size: int, p_thr: float, d_thr: float,
                  reading: str = "official", id_limit: int = OFFICIAL_ID_LIMIT) -> None:
         self.embeddings = embeddings.float()  # (V, D)

@@ -124,6 +124,11 @@ class LanternVerifier:
     Config = LanternConfig
     greedy = False
 
+    @classmethod
+    def lossless(cls, config) -> bool:
+        """Relaxed acceptance over latent neighbours: lossy by design (its shift is bounded, not zero)."""
+        return False
+
     def __init__(self, neighbours: torch.Tensor, image_token_ids: torch.Tensor, vocab_size: int, delta: float,
                  reading: str = "official_llamagen", k: int | None = None) -> None:
         """neighbours: (K, >= k) code ids nearest first; the official readings zero k + 1 of them."""

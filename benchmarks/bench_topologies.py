@@ -1,0 +1,152 @@
+"""Window topologies side by side: step compression, paired latency speedup and total variation from
+exact AR for every preset at the equivalent window sizes W = 16, 32, 64.
+
+    python benchmarks/bench_topologies.py                          # toy, 8 prompts, W = 16 32 64, TV at 8000
+    python benchmarks/bench_topologies.py --prompts 16 --tv-samples 20000
+    python benchmarks/bench_topologies.py --decoders sjd_pac sjd_pac:decoder/init=above --windows 64 128
+
+W is the number of slots one forward holds: a chain's window, a tree's nodes, the slots of all rows
+in flight together. A decoder is a preset, optionally with overrides after a colon
+(`sjd_pac:decoder.topology.width=4,decoder/init=above`).
+
+Step compression and latency: the toy model at its shipped sampling, held-out toy captions; every
+decoder decodes every prompt with the same seed, interleaved prompt by prompt after AR, in one
+process, so machine drift hits all of them alike. Speedup is the geometric mean of per-prompt AR /
+decoder latency. Absolute CPU times are noise; the ratios of one run are the result.
+
+TV: the exactness suite's enumerable model (sjdbench.exactness.enumerable_model: 256 sequences);
+n samples per decoder against the exact AR probabilities, with the noise floor an exact sampler has at
+that n and the chi-square p-value. Its grid is 2 tokens wide, so the rows presets run there with
+row_start = 1 (rows overlap by one token); the window covers the whole segment at every W, so one TV
+per decoder.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+import torch
+
+from sjdbench.config import compose_run, decoder_spec
+from sjdbench.datasets import load_prompts
+from sjdbench.decoding.loop import jacobi_decode
+from sjdbench.models.registry import build_adapter
+from sjdbench.runner import resolve_sampling, sample_seed, synchronize
+
+PRESETS = ["jacobi", "sjd", "sjd_pp", "mc_sjd", "sjd_vp", "lantern", "lantern_vp", "gsd", "gsd_vp", "sjd_pac",
+           "sjd_pac:decoder.topology.width=4", "lantern_pac", "pjd", "zipar", "zipar:decoder.topology.row_start=4"]
+
+
+def overrides_of(decoder: str) -> tuple[str, list[str]]:
+    name, _, extra = decoder.partition(":")
+    return name, [f"decoder={name}", *(o for o in extra.split(",") if o)]
+
+
+def is_rows(decoder: str) -> bool:
+    _, words = overrides_of(decoder)
+    return decoder_spec(compose_run(words)).topology.name == "rows"
+
+
+def is_greedy(decoder: str) -> bool:
+    """Greedy decoders (Jacobi) equal greedy AR, not sampled AR: no TV to measure."""
+    _, words = overrides_of(decoder)
+    return decoder_spec(compose_run(words)).greedy
+
+
+def name_of(decoder: str) -> str:
+    from sjdbench.identity import label
+
+    return label(compose_run(overrides_of(decoder)[1]))
+
+
+def tv_from_ar(decoder: str, n: int, seed: int) -> tuple[str, dict]:
+    """TV, noise floor, chi-square p and mean NFE of n samples on the enumerable model."""
+    from sjdbench.exactness import TabulatedAdapter, decoder_fit, enumerable_model
+
+    torch.set_num_threads(1)
+    adapter = TabulatedAdapter(enumerable_model(), "ab")
+    _, words = overrides_of(decoder)
+    if is_rows(decoder):
+        words.append("decoder.topology.row_start=1")
+    built = decoder_spec(compose_run([*words, "decoder.window=64"])).build(adapter, track_growth=False)
+    fit = decoder_fit(adapter, built, adapter.default_sampling, n, seed=seed)
+    return decoder, {"tv": fit.tv, "noise": fit.tv_noise, "p": fit.p_value, "nfe": fit.mean_nfe}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--decoders", nargs="+", default=PRESETS)
+    parser.add_argument("--windows", nargs="+", type=int, default=[16, 32, 64])
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--data", default="toy")
+    parser.add_argument("--model", default="toy")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for the latency runs")
+    parser.add_argument("--tv-samples", type=int, default=8000, help="0: skip the TV column")
+    parser.add_argument("--tv-workers", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    tv: dict[str, dict] = {}
+    if args.tv_samples:
+        start = time.time()
+        measured = [d for d in args.decoders if not is_greedy(d)]
+        with ProcessPoolExecutor(args.tv_workers, mp_context=mp.get_context("fork")) as pool:
+            tv = dict(pool.map(tv_from_ar, measured, [args.tv_samples] * len(measured), range(len(measured))))
+        print(f"# TV: {args.tv_samples} samples per decoder on the enumerable model, {time.time() - start:.0f} s")
+
+    base = [f"model={args.model}", f"data={args.data}", f"data.limit={args.prompts}", f"device={args.device}"]
+    ar_cfg = compose_run([*base, "decoder=ar"])
+    adapter = build_adapter(ar_cfg.model.name, dict(ar_cfg.model.options), args.device)
+    sampling = resolve_sampling(adapter.default_sampling, ar_cfg.sampling)
+    runs = {("ar", 1): decoder_spec(ar_cfg).build(adapter, track_growth=False)}
+    for decoder in args.decoders:
+        _, words = overrides_of(decoder)
+        for window in args.windows:
+            runs[(decoder, window)] = decoder_spec(compose_run([*base, *words, f"decoder.window={window}"])).build(
+                adapter, track_growth=False)
+    prompts, _ = load_prompts(ar_cfg.data)
+    for key, built in runs.items():  # warm-up, untimed
+        jacobi_decode(adapter, prompts[0].text, built, sampling, torch.Generator(args.device).manual_seed(0))
+    latency = {key: [] for key in runs}
+    nfe = {key: [] for key in runs}
+    slots = {key: [] for key in runs}
+    for prompt in prompts:
+        seed = sample_seed(0, prompt.prompt_id, 0)
+        for key, built in runs.items():
+            generator = torch.Generator(args.device).manual_seed(seed)
+            synchronize(args.device)
+            start = time.perf_counter()
+            result = jacobi_decode(adapter, prompt.text, built, sampling, generator)
+            synchronize(args.device)
+            latency[key].append(time.perf_counter() - start)
+            nfe[key].append(result.stats.nfe)
+            slots[key].append(result.stats.slots_fed / max(result.stats.iterations, 1))
+
+    tokens = adapter.layout.n_positions
+    print(f"# model={adapter.name} prompts={len(prompts)} tokens/image={tokens} device={args.device} "
+          f"threads={torch.get_num_threads()} cpu={platform.processor() or platform.machine()} cores={os.cpu_count()} "
+          f"load={os.getloadavg()[0]:.1f}")
+    print("| decoder | W | slots/forward | NFE | step x | speedup | TV from AR (noise floor) | p | claim |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for key in runs:
+        decoder, window = key
+        ratios = [a / b for a, b in zip(latency[("ar", 1)], latency[key])]
+        speedup = math.exp(statistics.fmean(math.log(r) for r in ratios))
+        mean_nfe = statistics.fmean(nfe[key])
+        fit = tv.get(decoder)
+        tv_cell = f"{fit['tv']:.4f} ({fit['noise']:.4f})" if fit else "-"
+        p_cell = f"{fit['p']:.2g}" if fit else "-"
+        claim = "lossless" if decoder_spec(compose_run(overrides_of(decoder)[1])).lossless() else "lossy"
+        print(f"| {name_of(decoder) if decoder != 'ar' else 'ar'} | {window} | {statistics.fmean(slots[key]):.1f} | {mean_nfe:.1f} | {tokens / mean_nfe:.2f} | "
+              f"{speedup:.2f} | {tv_cell} | {p_cell} | {claim} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""`rows` — several image rows in flight (PJD, arXiv 2606.05703; ZipAR, ICML 2025), each its own chain.
+
+The segment splits into bands, one per grid row (a row's trailing forced tokens belong to it, except
+the row end token right before the next row, which is that row's *anchor*). Row r+1 starts once row
+r has `row_start` decided image tokens. Every forward holds, for each row in flight from the top
+down, a chain [last decided token of the row, drafts ...] of at most `row_window` slots at the
+row's true raster positions, within `window` slots in all (and at most `max_rows` rows; 0 = no cap).
+A row below the top unfinished one only predicts cells whose cell above is decided (it stays behind
+the row above). A slot sees every decided token at an earlier position (in the cache, or re-fed in
+this forward as another row's first slot) and the earlier drafts of its own row, never another
+row's drafts: the row-causal mask.
+
+A row's first chain starts from its anchor: the forced row end token of the row above (decided and
+cached with this forward), or, in layouts without one, the latest decided token of the row above
+re-fed at the position just before the row (ZipAR's reading for LlamaGen), never cached. A row that
+finished with an emitted token, or that cannot advance this time, still feeds its last decided token
+(one slot that predicts nothing) so that every decided token enters the cache.
+
+Verification is per row. `emit: leading` (PJD): only the top unfinished row emits a token (the
+residual at its first rejection, or the bonus); the rows below keep their accepted prefix and the
+rejected draft is redrawn from p. `emit: all`: every row emits. `row_window: 1` with `emit: all` is
+ZipAR: one token per row per forward, sampled from p with no drafts and no verification.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from sjdbench.decoding.inits.neighbours import InitContext
+from sjdbench.decoding.parts import Init, PartConfig
+from sjdbench.decoding.topologies.forest import ForestTopology, drafts_for
+from sjdbench.decoding.window import DecodeState, Window, ancestor_mask
+from sjdbench.errors import UserError
+
+EMIT = ("leading", "all")
+
+
+@dataclass
+class RowsConfig(PartConfig):
+    row_window: int = 8  # slots per row and forward, its re-fed last token included (PJD: 8; ZipAR: 1)
+    row_start: int = 8  # a row starts once the row above has this many decided image tokens
+    emit: str = "leading"  # leading: only the top unfinished row emits (PJD) | all: every row does (ZipAR)
+    max_rows: int = 0  # rows in flight at most (0: no cap beyond the decoder's window)
+
+    symbols = {"row_window": "w", "row_start": "s"}
+
+    def check(self) -> None:
+        if self.row_window < 1:
+            raise UserError(f"row_window must be >= 1, got {self.row_window}")
+        if self.row_start < 1:
+            raise UserError(f"row_start must be >= 1, got {self.row_start}")
+        if self.emit not in EMIT:
+            raise UserError(f"emit '{self.emit}' is unknown; choose one of: {', '.join(EMIT)}")
+        if self.max_rows < 0:
+            raise UserError(f"max_rows must be >= 0 (0 = no cap), got {self.max_rows}")
+
+
+@dataclass
+class Bands:
+    """The segment's rows as bands of positions [start, end); anchor[r]: the position before row r."""
+
+    start: np.ndarray  # (H,)
+    end: np.ndarray  # (H,)
+    anchor: np.ndarray  # (H,) -1 for row 0
+    anchor_forced: np.ndarray  # (H,) bool: the anchor is a forced token (a row end)
+    cells: np.ndarray  # (H, W) position of each grid cell
+
+    @staticmethod
+    def of(layout) -> "Bands":
+        cells = layout.position_of().numpy()
+        forced = layout.forced.numpy()
+        H, N = cells.shape[0], layout.n_positions
+        first = cells[:, 0]
+        anchor = np.concatenate([[-1], first[1:] - 1])
+        anchor_forced = np.concatenate([[False], forced[first[1:] - 1] >= 0])
+        start = np.concatenate([[0], first[1:]])
+        end = np.concatenate([np.where(anchor_forced[1:], anchor[1:], first[1:]), [N]])
+        return Bands(start, end, anchor, anchor_forced, cells)
+
+
+class RowsTopology(ForestTopology):
+    Config = RowsConfig
+    select = "first"
+
+    @classmethod
+    def lossless(cls, config) -> bool:
+        """Rows below the leading one are verified against a p that lacks the cells to their upper
+        right, and with `emit: all` they emit from it: no setting is exact, so rows count as lossy."""
+        return False
+
+    def __init__(self, row_window: int = 8, row_start: int = 8, emit: str = "leading", max_rows: int = 0) -> None:
+        self.row_window, self.row_start, self.emit, self.max_rows = row_window, row_start, emit, max_rows
+        self._bands: dict[int, Bands] = {}
+
+    @classmethod
+    def build(cls, config: RowsConfig, adapter=None) -> "RowsTopology":
+        return cls(config.row_window, config.row_start, config.emit, config.max_rows)
+
+    def history_rows(self, window: int) -> int:
+        return 2 * max(window, 1)  # positions observed now, plus pending rows that sat out an iteration
+
+    def bands(self, layout) -> Bands:
+        key = id(layout)
+        if key not in self._bands:
+            self._bands[key] = Bands.of(layout)
+        return self._bands[key]
+
+    def plan(self, state: DecodeState, window: int, init: Init, ctx: InitContext, generator: torch.Generator) -> Window:
+        bands = self.bands(state.layout)
+        decided, cached = state.decided, state.cached
+        H, width = bands.cells.shape
+        done_cells = decided[bands.cells].sum(1)  # (H,) decided image tokens per row (a prefix of the row)
+        frontier = [int(s + np.argmin(decided[s:e])) if not decided[s:e].all() else int(e)
+                    for s, e in zip(bands.start, bands.end)]
+        complete = [f == e for f, e in zip(frontier, bands.end)]
+        leading = next(r for r in range(H) if not complete[r])
+
+        chains, budget = [], window  # (root position, root token, commit root, drafts' positions, emits)
+        decided_now: list[int] = []
+        in_flight = 0  # rows with a chain that predicts (not counting roots that only enter the cache)
+        for r in range(H):  # a decided token not yet cached whose row gets no chain now: cache it (one slot)
+            last = frontier[r] - 1
+            waiting = last >= bands.start[r] and decided[last] and not cached[last]
+            if waiting and (complete[r] or r < leading) and budget > 0:
+                chains.append((last, state.tokens[last : last + 1], True, [], False))
+                budget -= 1
+        for r in range(leading, H):
+            if budget < 1 or (self.max_rows and len(chains) >= self.max_rows):
+                break
+            if complete[r]:
+                continue
+            if r > leading and not (complete[r - 1] or done_cells[r - 1] >= self.row_start):
+                break  # rows below have not started either
+            f = frontier[r]
+            above_open = r > leading and not complete[r - 1]
+            above = int(done_cells[r - 1]) if r > 0 else width
+            limit = int(bands.cells[r, above]) if above_open and above < width else int(bands.end[r])
+            slots = min(self.row_window, limit - f, budget)
+            if slots < 1:
+                if decided[f - 1] and not cached[f - 1] and f - 1 >= bands.start[r] and budget > 0:
+                    chains.append((f - 1, state.tokens[f - 1 : f], True, [], False))  # cache it, predict nothing
+                    budget -= 1
+                continue
+            budget -= slots
+            root = f - 1
+            if decided[root]:
+                token, commit = state.tokens[root : root + 1], not cached[root]
+            elif bands.anchor_forced[r]:  # the row end before this row: known, decided and cached now
+                state.tokens[root] = state.forced[root]
+                decided[root] = True
+                decided_now.append(root)
+                token, commit = state.tokens[root : root + 1], True
+            else:  # no row end token: re-feed the latest decided token of the row above, never cached
+                latest = frontier[r - 1] - 1
+                token, commit = state.tokens[latest : latest + 1], False
+            chains.append((root, token, commit, list(range(f, f + slots - 1)), r == leading or self.emit == "all"))
+            in_flight += 1
+
+        wanted = sorted(p for *_, positions, _ in chains for p in positions)
+        drafts_for(state, wanted, init, ctx, generator)  # one init call for every row's new drafts
+        parent, positions, tokens, node_positions = [], [], [], []
+        commit_root, emits, hidden, shared = [], [], [], []
+        for root, token, commit, chain, emitting in chains:
+            base = len(parent)
+            parent += [-1] + list(range(base, base + len(chain)))
+            positions += [root] + chain
+            tokens.append(token)
+            node_positions += chain
+            commit_root += [commit] + [False] * len(chain)
+            emits += [emitting] + [False] * len(chain)
+            hidden += [bool(cached[root])] + [False] * len(chain)
+            shared += [bool(decided[root] and not cached[root])] + [False] * len(chain)
+        nodes = state.pending.gather(state.pending.index_of(node_positions))
+        slot_tokens = torch.cat([t for t in tokens])
+        parent_arr = np.array(parent, dtype=np.int64)
+        drafts = torch.as_tensor(np.flatnonzero(parent_arr >= 0), device=slot_tokens.device)
+        full = torch.zeros(len(parent), dtype=torch.long, device=slot_tokens.device)
+        full[torch.as_tensor(np.flatnonzero(parent_arr < 0), device=full.device)] = slot_tokens
+        full[drafts] = nodes.drafts
+        pos = np.array(positions, dtype=np.int64)
+        mask = ancestor_mask(parent_arr, np.array(hidden, dtype=bool))
+        if any(shared):  # decided tokens entering the cache now are context for every later slot
+            cols = np.flatnonzero(shared)
+            mask[:, cols] |= pos[:, None] > pos[cols][None, :]
+        return Window(
+            tokens=full,
+            positions=pos,
+            parent=parent_arr,
+            sibling=np.zeros(len(parent), dtype=np.int64),
+            nodes=nodes,
+            commit_root=np.array(commit_root, dtype=bool),
+            emits=np.array(emits, dtype=bool),
+            mask=torch.from_numpy(mask).to(full.device),
+            decided_now=decided_now,
+            in_flight=max(in_flight, 1),
+        )

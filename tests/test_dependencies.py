@@ -1,0 +1,46 @@
+"""Every dependency pyproject.toml declares is used: imported by sjdbench, or needed by a named call
+of ours into a library that loads it (checked by looking for that call in our code)."""
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# distribution name -> the module it provides (where the two differ)
+MODULE = {"hydra-core": "hydra", "torch-fidelity": "torch_fidelity", "open_clip_torch": "open_clip", "pillow": "PIL",
+          "huggingface_hub": "huggingface_hub"}
+
+# dependencies we never import ourselves: (file of ours, the call that needs them, why)
+INDIRECT = {
+    "torchvision": ("sjdbench/evaluators/clip_score.py", "import open_clip", "open_clip builds its image transforms with torchvision"),
+    "torch-fidelity": ("sjdbench/evaluators/inception.py", "NoTrainInceptionV3",
+                       "torchmetrics' Inception feature extractor comes from torch-fidelity"),
+    "tabulate": ("sjdbench/report/render.py", ".to_markdown(", "pandas' DataFrame.to_markdown formats with tabulate"),
+}
+
+
+def declared() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = list(project["dependencies"]) + list(project["optional-dependencies"]["models"])
+    return [re.split(r"[<>=!~\[ ;]", name, maxsplit=1)[0] for name in names]
+
+
+def imported_modules() -> set[str]:
+    pattern = re.compile(r"^\s*(?:import|from)\s+([A-Za-z_][A-Za-z0-9_]*)", re.M)
+    found: set[str] = set()
+    for path in (ROOT / "sjdbench").rglob("*.py"):
+        found |= set(pattern.findall(path.read_text(encoding="utf-8")))
+    return found
+
+
+def test_every_declared_dependency_is_used():
+    imported = imported_modules()
+    unused = []
+    for name in declared():
+        if name in INDIRECT:
+            where, call, why = INDIRECT[name]
+            assert call in (ROOT / where).read_text(encoding="utf-8"), f"{name}: {why}, but {where} no longer calls {call}"
+            continue
+        if MODULE.get(name, name) not in imported:
+            unused.append(name)
+    assert not unused, f"declared in pyproject.toml but never imported by sjdbench: {unused}"
