@@ -83,6 +83,23 @@ def check_greedy_jacobi_equals_greedy_ar(adapter, text: str = "a red cube") -> t
     return ar.tokens
 
 
+def check_topologies(adapter, text: str = "a red cube") -> None:
+    """A greedy draft tree (this model's masked tree forward and its compaction of the accepted path
+    in the cache) equals greedy AR token for token; rows in flight (PJD, ZipAR; rows start after two
+    decided tokens so they overlap on tiny grids) fill every position with a legal token."""
+    ar = greedy(adapter, "ar", text)
+    sampling = replace(adapter.default_sampling, temperature=0.0)
+    tree = build_preset("sjd_pac", adapter, "decoder/verifier=greedy", "decoder.window=16")
+    out = jacobi_decode(adapter, text, tree, sampling, torch.Generator().manual_seed(0))
+    assert torch.equal(out.tokens, ar.tokens) and out.stats.nfe <= ar.stats.nfe
+    for preset in ("pjd", "zipar"):
+        rows = build_preset(preset, adapter, "decoder.topology.row_start=2")
+        out = jacobi_decode(adapter, text, rows, adapter.default_sampling, torch.Generator().manual_seed(0))
+        check_forced_tokens_in_place(adapter, out.tokens)
+        # the leading row emits a token every forward; ZipAR's rows each take one, so they overlap
+        assert out.stats.nfe < ar.stats.nfe if preset == "zipar" else out.stats.nfe <= ar.stats.nfe
+
+
 def check_forced_tokens_in_place(adapter, tokens: torch.Tensor) -> None:
     """Every forced position holds its forced token; every content position holds an image token."""
     forced = adapter.layout.forced

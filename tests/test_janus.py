@@ -177,3 +177,7 @@ def test_padded_window_of_the_compiled_path_equals_unpadded(adapter):
 
 def test_reused_cache_buffers_are_clean(adapter):
     props.check_reused_cache_is_clean(adapter)
+
+
+def test_draft_trees_and_rows_in_flight_run_on_this_model(adapter):
+    props.check_topologies(adapter)
