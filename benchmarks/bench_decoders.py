@@ -38,7 +38,8 @@ from sjdbench.machine import apply_threads, cpu_model, cpus_available, load_1m  
 from sjdbench.models.registry import build_adapter, resolve_device  # noqa: E402
 from sjdbench.runner import resolve_sampling, sample_seed, synchronize, timed_decode  # noqa: E402
 
-PRESETS = ["jacobi", "sjd", "sjd_pp", "mc_sjd", "sjd_vp", "lantern", "lantern_vp", "gsd", "gsd_vp"]
+PRESETS = ["jacobi", "sjd", "sjd_pp", "mc_sjd", "sjd_vp", "lantern", "lantern_vp", "gsd", "gsd_vp",
+           "sjd_pac", "lantern_pac", "pjd", "zipar"]
 
 
 class ForwardTimer:
