@@ -268,8 +268,9 @@ def test_progress_lines_when_output_is_not_a_terminal(tmp_path):
 
 
 def test_ctrl_c_says_how_far_it_got_and_the_rerun_resumes(tmp_path):
+    # 8 prompts x 10 samples: long enough (seconds) that the interrupt lands mid-run on a fast machine
     args = [sys.executable, "-m", "sjdbench", "run", "model=debug", "model.options.grid_h=6", "model.options.grid_w=6",
-            "warmup=0", f"results_dir={tmp_path}"]
+            "samples_per_prompt=10", "warmup=0", f"results_dir={tmp_path}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline, samples = time.time() + 90, None
@@ -284,12 +285,12 @@ def test_ctrl_c_says_how_far_it_got_and_the_rerun_resumes(tmp_path):
     assert samples is not None, err
     done = len(read_jsonl(samples))
     assert proc.returncode == 130, err
-    assert f"interrupted after {done}/8 samples — re-run the same command to resume" in err
+    assert f"interrupted after {done}/80 samples — re-run the same command to resume" in err
     assert "Traceback" not in err
     summary = json.loads((samples.parent / "summary.json").read_text())  # the store reads true after Ctrl-C
     assert summary["n_samples"] == done and summary["complete"] is False
     finished = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
     assert finished.returncode == 0, finished.stderr
     rows = read_jsonl(samples)
-    assert sorted(r["prompt_id"] for r in rows) == list(range(8))
+    assert sorted((r["prompt_id"], r["sample"]) for r in rows) == [(p, s) for p in range(8) for s in range(10)]
     assert json.loads((samples.parent / "summary.json").read_text())["complete"] is True

@@ -44,6 +44,7 @@ def part(kind: str, name: str, adapter=None, **knobs):
 
 # -- the chain is the loop it replaced ------------------------------------------------------------
 
+@pytest.mark.slow
 def test_chain_topology_reproduces_the_loop_before_topologies():
     """42 decodes (10 presets on the debug model at W = 1, 5, 16, four on the toy) saved from the loop
     before topologies were parts (tests/chain_reference.py): same tokens, same statistics. Traced
