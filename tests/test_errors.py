@@ -272,7 +272,9 @@ def test_ctrl_c_says_how_far_it_got_and_the_rerun_resumes(tmp_path):
     args = [sys.executable, "-m", "sjdbench", "run", "model=debug", "model.options.grid_h=6", "model.options.grid_w=6",
             "samples_per_prompt=10", "warmup=0", f"results_dir={tmp_path}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a shell runs background jobs with SIGINT ignored, and children inherit that: restore the default
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline, samples = time.time() + 90, None
     while time.time() < deadline:
         found = list(tmp_path.glob("runs/*/samples.jsonl"))

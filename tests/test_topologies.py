@@ -459,3 +459,20 @@ def test_bad_topology_input_fails_with_one_line(overrides, needle):
     with pytest.raises(UserError) as error:
         compose_run(overrides)
     assert needle in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("preset, overrides", [("sjd", ["decoder.window=16"]), ("sjd_pac", ["decoder.window=24"]),
+                                               ("pjd", ["decoder.topology.row_start=2"])])
+def test_draft_traces_list_every_verified_draft_and_change_nothing(debug, preset, overrides):
+    """The loop's own draft tracing (what `sjdbench report --trace-drafts` replays with) lists each
+    verified content draft once per test, accepted or not, and leaves the decode untouched."""
+    spec = decoder_spec(compose_run([f"decoder={preset}", *overrides]))
+    plain, traced = spec.build(debug), spec.build(debug, trace_drafts=True)
+    a = jacobi_decode(debug, PROMPT, plain, debug.default_sampling, torch.Generator().manual_seed(5))
+    b = jacobi_decode(debug, PROMPT, traced, debug.default_sampling, torch.Generator().manual_seed(5))
+    assert torch.equal(a.tokens, b.tokens) and not a.stats.draft_traces
+    drafts = b.stats.draft_traces
+    assert len(drafts) == b.stats.verified and sum(d["accepted"] for d in drafts) == b.stats.accepted
+    content = ~debug.layout.is_forced
+    assert all(content[d["pos"]] and 1 <= len(d["probs"]) <= 16 and 0 <= d["probs"][-1] <= 1 for d in drafts)
+    assert all(int(b.tokens[d["pos"]]) == d["token"] for d in drafts if d["accepted"])  # accepted = committed

@@ -81,7 +81,7 @@ class DecoderSpec:
                                  "it is not part of the run id")
         return notes
 
-    def build(self, adapter: Any, track_growth: bool = True) -> Decoder:
+    def build(self, adapter: Any, track_growth: bool = True, trace_drafts: bool = False) -> Decoder:
         return Decoder(
             window=self.window,
             proposal=self.proposal.build(adapter),
@@ -92,6 +92,7 @@ class DecoderSpec:
             strict_increases=self.growth_reading == "increases",
             trace_positions=self.trace_positions,
             track_growth=track_growth,
+            trace_drafts=trace_drafts,
         )
 
 

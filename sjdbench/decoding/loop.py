@@ -43,6 +43,7 @@ class Decoder:
     trace_positions: int = 8  # positions whose probability trajectories are recorded
     track_growth: bool = True  # keep the probability history for the growth statistics
     topology: Topology = field(default_factory=ChainTopology)  # the window's shape
+    trace_drafts: bool = False  # record every verified draft's trajectory (stats.draft_traces; for reports)
 
     @property
     def growth_observations(self) -> int:
@@ -142,7 +143,7 @@ def jacobi_decode(
     masks = constants.masks
     stats = DecodeStats.empty(W, n_tokens=N, n_content=int(constants.content.sum()), grid_rows=layout.grid_hw[0],
                               siblings=topology.siblings())
-    depth = max(decoder.growth_observations, decoder.proposal.history_depth, 8)
+    depth = max(decoder.growth_observations, decoder.proposal.history_depth, 16 if decoder.trace_drafts else 8)
     keep_history = W > 1 and (decoder.track_growth or decoder.proposal.history_depth > 0)
     history = ProbabilityHistory(topology.history_rows(W), depth, V, device, N) if keep_history else None
     traced = _trace_set(layout, decoder.trace_positions) if history is not None else set()
@@ -206,6 +207,8 @@ def jacobi_decode(
             growth = history.growth_mask(targets[realized_t], decoder.growth_steps, decoder.strict_increases)  # (R, V)
             observed = history.observations(targets[realized_t]) >= decoder.growth_observations  # (R,)
         _record(stats, window, verdict, len(new), constants, growth, observed, row_of)
+        if decoder.trace_drafts and history is not None:
+            _trace_drafts(stats, window, verdict, constants, history)
         if history is not None:
             for pos in sorted(traced.intersection(new.tolist())):
                 token = int(tokens[pos])
@@ -215,6 +218,20 @@ def jacobi_decode(
         state.pending = _propose(decoder, window, verdict, p, state, ctx, history, growth, observed, row_of, generator)
 
     return DecodeResult(tokens.cpu(), stats)
+
+
+def _trace_drafts(stats: DecodeStats, window: Window, verdict: Verdict, constants: LoopConstants,
+                  history: ProbabilityHistory) -> None:
+    """Every draft the verifier decided on at a content position: its token's probability at its
+    position over the iterations up to this one, and whether it passed (SJD-VP's accepted vs
+    rejected trajectories). Any topology: a tree's siblings and each row's drafts are listed alike."""
+    accepted = set(verdict.accepted)
+    for slot in verdict.tested:
+        pos = int(window.positions[slot])
+        if constants.content[pos]:
+            token = int(window.tokens[slot])
+            stats.draft_traces.append({"pos": pos, "token": token, "accepted": slot in accepted,
+                                       "probs": history.trajectory(pos, token)})
 
 
 def _record(stats: DecodeStats, window: Window, verdict: Verdict, m: int, constants: LoopConstants,

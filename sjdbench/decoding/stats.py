@@ -46,6 +46,7 @@ class DecodeStats:
     verify_eligible_accepted: torch.Tensor | int = 0
     verify_grew_accepted: torch.Tensor | int = 0
     trajectories: list = field(default_factory=list)
+    draft_traces: list = field(default_factory=list)  # verified drafts' trajectories, when the decoder traces them
 
     @staticmethod
     def empty(window: int, n_tokens: int, n_content: int, grid_rows: int = 0, siblings: int = 1) -> "DecodeStats":

@@ -2,81 +2,33 @@
 
 The decoding loop records, per sample, the probability trajectories of the *committed* tokens at a
 few positions. SJD-VP's key figure needs every *verified draft*: the probability of its token at
-its position over the iterations before verification, and whether it was accepted. This module
-records that without touching the loop: it replays a stored sample (the run's model, decoder,
-sampling and per-sample seed, hence the same random stream) through `DraftRecorder`, a thin adapter
-wrapper that sees each window forward (positions, drafts, logits) and each commit (how many slots
-were kept), and checks that the replay reproduced the stored tokens. The result is written beside
-the run as `draft_traces.jsonl`:
+its position over the iterations before verification, and whether it was accepted. Runs do not
+store those (they would dwarf the samples), so this module replays a stored sample (the run's
+model, decoder, sampling and per-sample seed, hence the same random stream) with the loop's own
+draft tracing on (`Decoder.trace_drafts`, any topology), checks that the replay reproduced the
+stored tokens, and writes the result beside the run as `draft_traces.jsonl`:
 
     {"prompt_id": 0, "sample": 0, "matches_stored": true,
      "drafts": [{"pos": 17, "token": 203, "accepted": true, "probs": [0.12, 0.31, 0.44]}, ...]}
 
-`probs` is oldest first and ends at the verifying iteration. Chain windows only (positions n-1 ..
-n+L-2, a prefix committed), which is what the loop runs today.
+`probs` is oldest first and ends at the verifying iteration.
 """
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
-from sjdbench.adapter import Sampling
-from sjdbench.decoding.history import ProbabilityHistory
-from sjdbench.decoding.loop import jacobi_decode, loop_constants
-from sjdbench.decoding.processing import process_logits
+from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.errors import UserError
 from sjdbench.report.load import DRAFT_TRACES
 from sjdbench.store import RunStore, atomic_write_text
 
 log = logging.getLogger(__name__)
-
-HISTORY_DEPTH = 16  # iterations of a draft's trajectory kept
-
-
-class DraftRecorder:
-    """Wraps an adapter: delegates everything, and records every verified draft's trajectory."""
-
-    def __init__(self, adapter: Any, sampling: Sampling, window: int, depth: int = HISTORY_DEPTH) -> None:
-        self._adapter = adapter
-        self._sampling = sampling
-        self._masks = loop_constants(adapter).masks
-        self._content = (~adapter.layout.is_forced).tolist()
-        self._history = ProbabilityHistory(max(window, 1), depth, adapter.vocab_size, adapter.device)
-        self._pending: tuple[list[int], list[int]] | None = None  # (positions, tokens) of the window's drafts
-        self.drafts: list[dict] = []
-
-    def __getattr__(self, name: str) -> Any:  # only called for what the wrapper does not define
-        if name == "_adapter":
-            raise AttributeError(name)
-        return getattr(self._adapter, name)
-
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: Any, mask: torch.Tensor | None = None) -> torch.Tensor:
-        logits = self._adapter.forward(tokens, positions, cache, mask)  # (2, L, V)
-        targets = positions + 1  # slot j predicts position n + j
-        start, stop = int(targets[0]), int(targets[-1]) + 1
-        self._history.push(targets, process_logits(logits, self._masks.window(start, stop), self._sampling))
-        self._pending = (positions[1:].tolist(), tokens[1:].tolist())  # drafts sit at positions n .. n+L-2
-        return logits
-
-    def commit(self, cache: Any, slots: torch.Tensor) -> Any:
-        """m kept slots = x_{n-1} plus k = m - 1 accepted drafts; the draft after them (if any) was
-        the one rejected; later drafts were never verified."""
-        if self._pending is not None:
-            positions, tokens = self._pending
-            accepted = int(slots.numel()) - 1
-            for j, (pos, token) in enumerate(zip(positions, tokens)):
-                if j > accepted:
-                    break
-                if self._content[pos]:
-                    self.drafts.append({"pos": pos, "token": token, "accepted": j < accepted,
-                                        "probs": [round(v, 5) for v in self._history.trajectory(pos, token)]})
-            self._pending = None
-        return self._adapter.commit(cache, slots)
 
 
 def _run_config(run_dir: Path):
@@ -112,23 +64,22 @@ def record_run(run_dir: Path, prompts: int, progress: Callable[[str], None] | No
         raise UserError(f"{run_dir.name} ran on {device}, which is not available here; trace it on that machine")
     rows = [r for r in RunStore(run_dir.parent.parent, run_dir.name).rows() if r.get("sample", 0) == 0][:prompts]
     adapter = build_adapter(config.model.name, options, device)
-    decoder = spec.build(adapter)
+    decoder = spec.build(adapter, trace_drafts=True)
     sampling = resolve_sampling(adapter.default_sampling, config.sampling)
     if env.get("sampling") and asdict(sampling) != env["sampling"]:
         raise UserError(f"{run_dir.name}: the model's default sampling changed since the run; cannot replay it")
-    seen = replace(sampling, temperature=0.0) if decoder.verifier.greedy else sampling  # what the loop processes with
     lines = []
     for row in rows:
-        recorder = DraftRecorder(adapter, seen, decoder.window)
         generator = torch.Generator(device).manual_seed(int(row["seed"]))
-        result = jacobi_decode(recorder, row["prompt"], decoder, sampling, generator)
+        result = jacobi_decode(adapter, row["prompt"], decoder, sampling, generator)
+        drafts = [{**d, "probs": [round(v, 5) for v in d["probs"]]} for d in result.stats.draft_traces]
         matches = result.tokens.tolist() == row["tokens"]
         if not matches:
             log.warning("%s prompt %s: the replay did not reproduce the stored tokens", run_dir.name, row["prompt_id"])
         lines.append(json.dumps({"prompt_id": row["prompt_id"], "sample": row.get("sample", 0),
-                                 "matches_stored": matches, "drafts": recorder.drafts}, separators=(",", ":")))
+                                 "matches_stored": matches, "drafts": drafts}, separators=(",", ":")))
         if progress:
-            progress(f"{run_dir.name}: traced prompt {row['prompt_id']} ({len(recorder.drafts)} verified drafts)")
+            progress(f"{run_dir.name}: traced prompt {row['prompt_id']} ({len(drafts)} verified drafts)")
     path = run_dir / DRAFT_TRACES
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
