@@ -21,13 +21,16 @@ install-cpu: $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[dev]"
 	@echo "installed with CPU-only torch: call $(BIN)/sjdbench"
 
+# tests run in TEST_WORKERS processes (pytest-xdist), one torch thread each
+TEST_WORKERS ?= 2
+
 test: $(BIN)/python
-	@$(BIN)/python -c "import sjdbench" 2>/dev/null || $(MAKE) install
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow and not gpu"
+	@$(BIN)/python -c "import sjdbench, xdist" 2>/dev/null || $(MAKE) install
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow and not gpu"
 
 test-all: $(BIN)/python
-	@$(BIN)/python -c "import sjdbench" 2>/dev/null || $(MAKE) install
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not gpu"
+	@$(BIN)/python -c "import sjdbench, xdist" 2>/dev/null || $(MAKE) install
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not gpu"
 
 # Every preset at W = 16, 32, 64 against AR on the toy, interleaved prompt by prompt: step compression,
 # paired latency speedup, share of wall time outside model forwards, machinery ms per iteration, and
