@@ -12,10 +12,8 @@ MODULE = {"hydra-core": "hydra", "torch-fidelity": "torch_fidelity", "open_clip_
 
 # dependencies we never import ourselves: (file of ours, the call that needs them, why)
 INDIRECT = {
-    "torchvision": ("sjdbench/evaluators/clip_score.py", "import open_clip", "open_clip builds its image transforms with torchvision"),
     "torch-fidelity": ("sjdbench/evaluators/inception.py", "NoTrainInceptionV3",
                        "torchmetrics' Inception feature extractor comes from torch-fidelity"),
-    "tabulate": ("sjdbench/report/render.py", ".to_markdown(", "pandas' DataFrame.to_markdown formats with tabulate"),
 }
 
 
@@ -44,3 +42,13 @@ def test_every_declared_dependency_is_used():
         if MODULE.get(name, name) not in imported:
             unused.append(name)
     assert not unused, f"declared in pyproject.toml but never imported by sjdbench: {unused}"
+
+
+def test_the_suite_cannot_reach_the_network():
+    """conftest.py refuses connections beyond this machine, so a test that would download fails fast."""
+    import socket
+
+    import pytest
+
+    with pytest.raises(OSError, match="tests run offline"):
+        socket.create_connection(("192.0.2.1", 443), timeout=1)  # TEST-NET-1: never a real host

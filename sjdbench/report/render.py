@@ -1,4 +1,4 @@
-"""Tables to text: Markdown (pandas + tabulate), LaTeX (booktabs, written here), CSV (raw numbers)
+"""Tables to text: Markdown (tabulate, pipe format), LaTeX (booktabs, written here), CSV (raw numbers)
 and HTML. Formatting only: values, CIs and the best cell per column come from `tables.Table`.
 """
 from __future__ import annotations
@@ -8,6 +8,7 @@ import io
 from dataclasses import replace
 
 import pandas as pd
+from tabulate import tabulate
 
 from sjdbench.report.tables import Metric, Table
 
@@ -28,8 +29,9 @@ def display_frame(table: Table, bold: str = "**{}**", ci_format: str = "{} [{}, 
 
 def to_markdown(table: Table) -> str:
     """A `###` title, the table, then provenance and warnings as a bullet list."""
-    body = display_frame(table).to_markdown(index=False, disable_numparse=True,
-                                            colalign=["left"] * len(table.labels) + ["right"] * len(table.metrics))
+    frame = display_frame(table)
+    body = tabulate(frame.values.tolist(), headers=list(frame.columns), tablefmt="pipe", disable_numparse=True,
+                    colalign=["left"] * len(table.labels) + ["right"] * len(table.metrics))
     lines = [f"### {table.title}", "", body, ""]
     lines += [f"- {line}" for line in table.warnings + table.notes]
     return "\n".join(lines) + "\n"
