@@ -97,8 +97,7 @@ def _trace_set(layout, count: int) -> set[int]:
 def _carried(window: Window, carried: np.ndarray, vocab_size: int) -> Carried:
     """The drafts the window held at the continuation's target positions: carried (C,) draft slots,
     -1 where none (zeros there)."""
-    node_of = np.full(len(window), -1, dtype=np.int64)
-    node_of[window.node_slots] = np.arange(window.node_slots.size)
+    node_of = window.node_of
     device = window.tokens.device
     has_old = carried >= 0
     drafts = torch.zeros(carried.size, dtype=torch.long, device=device)
@@ -238,9 +237,7 @@ def _record(stats: DecodeStats, window: Window, verdict: Verdict, m: int, consta
             growth: torch.Tensor | None, observed: torch.Tensor | None, row_of: np.ndarray) -> None:
     """Statistics of the drafts the verifier decided on this iteration."""
     tested = np.array(verdict.tested, dtype=np.int64)
-    node_of = np.full(len(window), -1, dtype=np.int64)
-    node_of[window.node_slots] = np.arange(window.node_slots.size)
-    nodes = node_of[tested]
+    nodes = window.node_of[tested]
     positions = window.positions[tested]
     accepted = np.isin(tested, np.array(verdict.accepted, dtype=np.int64))
     host = (m, window.depth()[tested], window.sibling[tested], constants.grid_row[positions], accepted,

@@ -18,6 +18,7 @@ row. Each slot sees its ancestors only, which is the attention mask over the win
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -151,9 +152,16 @@ class Window:
     def __len__(self) -> int:
         return int(self.positions.shape[0])
 
-    @property
+    @cached_property
     def node_slots(self) -> np.ndarray:
         return np.flatnonzero(self.parent >= 0)
+
+    @cached_property
+    def node_of(self) -> np.ndarray:
+        """(L,) host: each draft slot's row in `nodes`, -1 for roots."""
+        node_of = np.full(len(self), -1, dtype=np.int64)
+        node_of[self.node_slots] = np.arange(self.node_slots.size)
+        return node_of
 
     @property
     def roots(self) -> np.ndarray:

@@ -2,8 +2,9 @@
 knobs they read): flat settings for ablation pivots, short names for those settings, and whether
 the decoder is lossless.
 
-Everything here works on the stored dict alone, so a report never needs the config tree of the
-sjdbench that wrote the run.
+Settings and names work on the stored dict alone, so a report never needs the config tree of the
+sjdbench that wrote the run. Losslessness is stored with each run (`decoder_lossless`); only for runs
+written before that field existed is it asked of today's parts (`is_lossless`).
 """
 from __future__ import annotations
 
@@ -45,49 +46,28 @@ def is_greedy(spec: dict[str, Any] | None) -> bool:
     return (spec.get("verifier") or {}).get("name") == "greedy"
 
 
-def _lossless_proposal(part: dict[str, Any]) -> bool:
-    """resample; coupled without tau (maximal coupling); vp whose reference is the fused draw
-    distribution (or whose fusion is off, so q = p) around a lossless inner proposal."""
-    name = part.get("name")
-    knobs = {k: v for k, v in part.items() if k != "name"}
-    if name == "resample":
-        return not knobs
-    if name == "coupled":
-        return set(knobs) <= {"tau", "reference"} and knobs.get("tau") is None and knobs.get("reference", "new_p") == "new_p"
-    if name == "vp":
-        inner = knobs.pop("inner", {"name": "resample"})
-        free = {"gamma", "history", "lam", "fusion", "fusion_top_k"}  # any value keeps q = the draw distribution
-        reference_ok = knobs.get("reference", "fused") == "fused"
-        return reference_ok and set(knobs) <= free | {"reference"} and _lossless_proposal(inner)
-    return False
-
-
-def _lossless_topology(part: dict[str, Any] | None) -> bool:
-    """No topology recorded: the chain. A tree is exact when it takes the first accepted sibling."""
-    if not part:
-        return True
-    name = part.get("name")
-    if name == "chain":
-        return True
-    return name == "tree" and part.get("select") == "first"
-
-
 def is_lossless(spec: dict[str, Any] | None) -> bool:
     """The fallback for runs that do not record `decoder_lossless` (the parts' own claim, stored by
-    the runner): a decoder is lossless when each of its parts is: verifier exact (modified rejection
-    sampling) or greedy (equals greedy AR), a lossless proposal (above), any init (init drafts carry
-    the distribution they were drawn from as reference), a chain or a first-sibling tree. AR is
-    lossless. Anything else, including a part or a knob this function does not know, counts as
-    lossy: losslessness is a claim that needs a proof."""
+    the runner since it existed): rebuild each stored part with today's registry and ask it. A part
+    or knob this sjdbench does not know, or a stored part that differs from what today's part would
+    record (an older reading of it), counts as lossy: losslessness is a claim that needs a proof."""
+    from sjdbench.decoding.parts import resolve_part
+    from sjdbench.errors import UserError
+
     if not spec:
         return False
     if is_ar(spec):
         return True
-    verifier = spec.get("verifier") or {}
-    verifier_ok = verifier.get("name") in ("exact", "greedy") and set(verifier) == {"name"}
-    unknown_kinds = set(spec) - {"window", "growth", *KINDS}
-    return (verifier_ok and _lossless_proposal(spec.get("proposal") or {}) and _lossless_topology(spec.get("topology"))
-            and not unknown_kinds)
+    if set(spec) - {"window", "growth", *KINDS}:
+        return False
+    try:
+        parts = {kind: resolve_part(kind, spec.get(kind) or ("chain" if kind == "topology" else None), f"decoder.{kind}")
+                 for kind in KINDS}
+    except UserError:
+        return False
+    if any(kind in spec and part.identity() != spec[kind] for kind, part in parts.items()):
+        return False
+    return all(part.lossless() for part in parts.values())
 
 
 def part_chain(spec: dict[str, Any] | None) -> str:

@@ -91,9 +91,7 @@ class ForestTopology:
 
     def verify(self, window: Window, p: torch.Tensor, verifier: Verifier, generator: torch.Generator) -> Verdict:
         """p (L, V): slot i's distribution over position positions[i] + 1."""
-        nodes = window.node_slots
-        node_of = np.full(len(window), -1, dtype=np.int64)
-        node_of[nodes] = np.arange(nodes.size)
+        nodes, node_of = window.node_slots, window.node_of
         kids = window.children()
         u = torch.rand(nodes.size, generator=generator, device=p.device)
         flags, chains = self._test(window, p, verifier, u, kids, node_of)
