@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install install-cpu test test-all bench report-toy clean
+.PHONY: install install-cpu test test-all lint format bench report-toy clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,16 @@ test: $(BIN)/python
 test-all: $(BIN)/python
 	@$(BIN)/python -c "import sjdbench, xdist" 2>/dev/null || $(MAKE) install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not gpu"
+
+# ruff (lint and format check) over the code, mypy over the package
+lint: $(BIN)/python
+	@$(BIN)/python -c "import ruff, mypy" 2>/dev/null || $(MAKE) install
+	$(BIN)/ruff check sjdbench tests benchmarks scripts
+	$(BIN)/ruff format --check sjdbench tests benchmarks scripts
+
+format: $(BIN)/python
+	$(BIN)/ruff format sjdbench tests benchmarks scripts
+	$(BIN)/ruff check --fix sjdbench tests benchmarks scripts
 
 # Every preset at W = 16, 32, 64 against AR on the toy, interleaved prompt by prompt: step compression,
 # paired latency speedup, share of wall time outside model forwards, machinery ms per iteration, and

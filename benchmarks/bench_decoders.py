@@ -18,6 +18,7 @@ wall time outside model forwards and the machinery's time per iteration.
 Window cost: the time of one W-token window forward over one 1-token (AR) forward, both at the
 middle of the image with the cache filled, medians of interleaved repeats.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,21 @@ from sjdbench.machine import apply_threads, cpu_model, cpus_available, load_1m  
 from sjdbench.models.registry import build_adapter, resolve_device  # noqa: E402
 from sjdbench.runner import resolve_sampling, sample_seed, synchronize, timed_decode  # noqa: E402
 
-PRESETS = ["jacobi", "sjd", "sjd_pp", "mc_sjd", "sjd_vp", "lantern", "lantern_vp", "gsd", "gsd_vp",
-           "sjd_pac", "lantern_pac", "pjd", "zipar"]
+PRESETS = [
+    "jacobi",
+    "sjd",
+    "sjd_pp",
+    "mc_sjd",
+    "sjd_vp",
+    "lantern",
+    "lantern_vp",
+    "gsd",
+    "gsd_vp",
+    "sjd_pac",
+    "lantern_pac",
+    "pjd",
+    "zipar",
+]
 
 
 class ForwardTimer:
@@ -74,9 +88,12 @@ def window_cost(adapter: Any, prompt_text: str, widths: list[int], device: str, 
     adapter.prefill(prompt, None)
     middle = adapter.layout.n_positions // 2
     token = int(adapter.image_token_ids[0])
-    inputs = {w: (torch.full((w,), token, device=device), torch.arange(middle, middle + w, device=device)) for w in [1, *widths]}
+    inputs = {
+        w: (torch.full((w,), token, device=device), torch.arange(middle, middle + w, device=device))
+        for w in [1, *widths]
+    }
     times: dict[int, list[float]] = {w: [] for w in inputs}
-    for w, (tokens, positions) in inputs.items():  # warm-up
+    for tokens, positions in inputs.values():  # warm-up
         adapter.forward(tokens, positions, None)
     for _ in range(repeats):
         for w, (tokens, positions) in inputs.items():
@@ -112,11 +129,13 @@ def main() -> None:
     names = [("ar", 1)] + [(d, w) for d in args.decoders if d != "ar" for w in args.windows]
     decoders = {("ar", 1): decoder_spec(ar_cfg).build(adapter)}
     for name, width in names[1:]:
-        decoders[(name, width)] = decoder_spec(compose_run([*base, f"decoder={name}", f"decoder.window={width}"])).build(adapter)
+        decoders[(name, width)] = decoder_spec(
+            compose_run([*base, f"decoder={name}", f"decoder.window={width}"])
+        ).build(adapter)
     prompts, _ = load_prompts(ar_cfg.data)
     load_start = load_1m()
 
-    for key, decoder in decoders.items():  # warm-up, untimed
+    for decoder in decoders.values():  # warm-up, untimed
         timed_decode(adapter, prompts[0].text, decoder, sampling, 0, device)
     latency: dict[tuple, list[float]] = {key: [] for key in decoders}
     nfe: dict[tuple, list[int]] = {key: [] for key in decoders}
@@ -142,10 +161,14 @@ def main() -> None:
     costs = window_cost(adapter, prompts[0].text, args.windows, device)
 
     tokens = adapter.layout.n_positions
-    print(f"# model={adapter.name} prompts={len(prompts)} tokens/image={tokens} device={device} threads={threads} "
-          f"cpu={cpu_model()} cpus={cpus_available()} load_1m={load_start}->{load_1m()} busy_decodes={busy}")
-    print("# speedup: geometric mean over prompts of AR/decoder latency, interleaved prompt by prompt; "
-          "outside: share of wall time outside model forwards; ms/it: that time per iteration")
+    print(
+        f"# model={adapter.name} prompts={len(prompts)} tokens/image={tokens} device={device} threads={threads} "
+        f"cpu={cpu_model()} cpus={cpus_available()} load_1m={load_start}->{load_1m()} busy_decodes={busy}"
+    )
+    print(
+        "# speedup: geometric mean over prompts of AR/decoder latency, interleaved prompt by prompt; "
+        "outside: share of wall time outside model forwards; ms/it: that time per iteration"
+    )
     print(f"{'decoder':<12}{'W':>4}{'NFE':>8}{'step x':>8}{'speedup':>9}{'lat ms':>9}{'outside':>9}{'ms/it':>8}")
     for key in decoders:
         name, width = key
@@ -153,14 +176,21 @@ def main() -> None:
         speedup = math.exp(statistics.fmean(math.log(r) for r in ratios))
         mean_nfe = statistics.fmean(nfe[key])
         share, per_iteration = outside.get(key, (float("nan"), float("nan")))
-        print(f"{name:<12}{width:>4}{mean_nfe:>8.1f}{tokens / mean_nfe:>8.2f}{speedup:>9.2f}"
-              f"{1000 * statistics.fmean(latency[key]):>9.1f}{share:>9.1%}{per_iteration:>8.2f}")
-    print("# window forward cost in AR steps (one W-token window forward / one 1-token forward, mid-image): "
-          + ", ".join(f"W={w}: {c:.2f}" for w, c in costs.items()))
+        print(
+            f"{name:<12}{width:>4}{mean_nfe:>8.1f}{tokens / mean_nfe:>8.2f}{speedup:>9.2f}"
+            f"{1000 * statistics.fmean(latency[key]):>9.1f}{share:>9.1%}{per_iteration:>8.2f}"
+        )
+    print(
+        "# window forward cost in AR steps (one W-token window forward / one 1-token forward, mid-image): "
+        + ", ".join(f"W={w}: {c:.2f}" for w, c in costs.items())
+    )
     sys.stdout.flush()
     if busy:
-        print(f"# warning: {busy} decodes ran while the machine was busy (load above {cpus_available()} cores); "
-              "ratios are still paired, absolute times are not to be trusted", file=sys.stderr)
+        print(
+            f"# warning: {busy} decodes ran while the machine was busy (load above {cpus_available()} cores); "
+            "ratios are still paired, absolute times are not to be trusted",
+            file=sys.stderr,
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ values. `window / AR` is the number of AR steps one W-slot Jacobi iteration cost
 speedup is its step compression divided by that ratio (minus the loop's own overhead). Timings are
 medians of interleaved repeats after an untimed warm-up; the device is synchronised around each.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,12 @@ import time
 
 import torch
 
-BUILDERS = {"lumina": "build_lumina_adapter", "llamagen": "build_llamagen_adapter", "janus": "build_janus_adapter",
-            "emu3": "build_emu3_adapter"}
+BUILDERS = {
+    "lumina": "build_lumina_adapter",
+    "llamagen": "build_llamagen_adapter",
+    "janus": "build_janus_adapter",
+    "emu3": "build_emu3_adapter",
+}
 FULL_SIZE = {"lumina": "7B", "llamagen": "XL", "janus": "7B", "emu3": "8B"}
 
 
@@ -77,9 +82,16 @@ def measure(model: str, args) -> dict:
     for _ in range(args.repeats):  # interleaved, so drift hits both alike
         ar.append(timed(args.device, ar_step))
         window.append(timed(args.device, window_step))
-    row = {"model": model, "size": options["size"], "params_M": parameters / 1e6, "prompt": prompt.length,
-           "segment": adapter.layout.n_positions, "prefill_ms": 1e3 * prefill,
-           "ar_step_ms": 1e3 * statistics.median(ar), "window_ms": 1e3 * statistics.median(window)}
+    row = {
+        "model": model,
+        "size": options["size"],
+        "params_M": parameters / 1e6,
+        "prompt": prompt.length,
+        "segment": adapter.layout.n_positions,
+        "prefill_ms": 1e3 * prefill,
+        "ar_step_ms": 1e3 * statistics.median(ar),
+        "window_ms": 1e3 * statistics.median(window),
+    }
     row["window/AR"] = row["window_ms"] / row["ar_step_ms"]
     if args.device.startswith("cuda"):
         row["peak_GiB"] = torch.cuda.max_memory_allocated() / 2**30
@@ -98,8 +110,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
-    print(f"# device {args.device} ({device_name}), torch {torch.__version__}, threads {torch.get_num_threads()}, "
-          f"W={args.window}, compile={args.compile}")
+    print(
+        f"# device {args.device} ({device_name}), torch {torch.__version__}, threads {torch.get_num_threads()}, "
+        f"W={args.window}, compile={args.compile}"
+    )
     rows = []
     for model in args.models:
         rows.append(measure(model, args))

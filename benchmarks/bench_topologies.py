@@ -20,6 +20,7 @@ that n and the chi-square p-value. Its grid is 2 tokens wide, so the rows preset
 row_start = 1 (rows overlap by one token); the window covers the whole segment at every W, so one TV
 per decoder.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,23 @@ from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.models.registry import build_adapter
 from sjdbench.runner import resolve_sampling, sample_seed, synchronize
 
-PRESETS = ["jacobi", "sjd", "sjd_pp", "mc_sjd", "sjd_vp", "lantern", "lantern_vp", "gsd", "gsd_vp", "sjd_pac",
-           "sjd_pac:decoder.topology.width=4", "lantern_pac", "pjd", "zipar", "zipar:decoder.topology.row_start=4"]
+PRESETS = [
+    "jacobi",
+    "sjd",
+    "sjd_pp",
+    "mc_sjd",
+    "sjd_vp",
+    "lantern",
+    "lantern_vp",
+    "gsd",
+    "gsd_vp",
+    "sjd_pac",
+    "sjd_pac:decoder.topology.width=4",
+    "lantern_pac",
+    "pjd",
+    "zipar",
+    "zipar:decoder.topology.row_start=4",
+]
 
 
 def overrides_of(decoder: str) -> tuple[str, list[str]]:
@@ -110,9 +126,10 @@ def main() -> None:
         _, words = overrides_of(decoder)
         for window in args.windows:
             runs[(decoder, window)] = decoder_spec(compose_run([*base, *words, f"decoder.window={window}"])).build(
-                adapter, track_growth=False)
+                adapter, track_growth=False
+            )
     prompts, _ = load_prompts(ar_cfg.data)
-    for key, built in runs.items():  # warm-up, untimed
+    for built in runs.values():  # warm-up, untimed
         jacobi_decode(adapter, prompts[0].text, built, sampling, torch.Generator(args.device).manual_seed(0))
     latency = {key: [] for key in runs}
     nfe = {key: [] for key in runs}
@@ -130,9 +147,11 @@ def main() -> None:
             slots[key].append(result.stats.slots_fed / max(result.stats.iterations, 1))
 
     tokens = adapter.layout.n_positions
-    print(f"# model={adapter.name} prompts={len(prompts)} tokens/image={tokens} device={args.device} "
-          f"threads={torch.get_num_threads()} cpu={platform.processor() or platform.machine()} cores={os.cpu_count()} "
-          f"load={os.getloadavg()[0]:.1f}")
+    print(
+        f"# model={adapter.name} prompts={len(prompts)} tokens/image={tokens} device={args.device} "
+        f"threads={torch.get_num_threads()} cpu={platform.processor() or platform.machine()} cores={os.cpu_count()} "
+        f"load={os.getloadavg()[0]:.1f}"
+    )
     print("| decoder | W | slots/forward | NFE | step x | speedup | TV from AR (noise floor) | p | claim |")
     print("|---|---|---|---|---|---|---|---|---|")
     for key in runs:
@@ -144,8 +163,11 @@ def main() -> None:
         tv_cell = f"{fit['tv']:.4f} ({fit['noise']:.4f})" if fit else "-"
         p_cell = f"{fit['p']:.2g}" if fit else "-"
         claim = "lossless" if decoder_spec(compose_run(overrides_of(decoder)[1])).lossless() else "lossy"
-        print(f"| {name_of(decoder) if decoder != 'ar' else 'ar'} | {window} | {statistics.fmean(slots[key]):.1f} | {mean_nfe:.1f} | {tokens / mean_nfe:.2f} | "
-              f"{speedup:.2f} | {tv_cell} | {p_cell} | {claim} |")
+        print(
+            f"| {name_of(decoder) if decoder != 'ar' else 'ar'} | {window} | {statistics.fmean(slots[key]):.1f} "
+            f"| {mean_nfe:.1f} | {tokens / mean_nfe:.2f} | "
+            f"{speedup:.2f} | {tv_cell} | {p_cell} | {claim} |"
+        )
 
 
 if __name__ == "__main__":

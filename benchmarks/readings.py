@@ -19,6 +19,7 @@ the run of `sjdbench run model=toy data=toy data.limit=16 decoder=... <knobs>` a
 Every number printed is a count, not a timing, so a busy machine changes only how long it takes
 (`--threads 1` keeps the toy part from oversubscribing shared cores).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,14 @@ VARIANTS = [
     Variant("mc_sjd (reference=old_q, official)", "suite", ("coupled", (("reference", "old_q"),))),
     Variant("lantern (ours_all)", "suite", verifier=("lantern", LANTERN_KNOBS + (("reading", "ours_all"),))),
     Variant("lantern (ours_moved)", "suite", verifier=("lantern", LANTERN_KNOBS + (("reading", "ours_moved"),))),
-    Variant("lantern (official_llamagen)", "suite", verifier=("lantern", LANTERN_KNOBS + (("reading", "official_llamagen"),))),
-    Variant("lantern (official_lumina)", "suite", verifier=("lantern", LANTERN_KNOBS + (("reading", "official_lumina"),))),
+    Variant(
+        "lantern (official_llamagen)",
+        "suite",
+        verifier=("lantern", LANTERN_KNOBS + (("reading", "official_llamagen"),)),
+    ),
+    Variant(
+        "lantern (official_lumina)", "suite", verifier=("lantern", LANTERN_KNOBS + (("reading", "official_lumina"),))
+    ),
     Variant("gsd (ours, G=50)", "suite", verifier=("gsd", GSD_KNOBS + (("reading", "ours"),))),
     Variant("gsd (official)", "suite", verifier=("gsd", GSD_KNOBS + (("reading", "official"),))),
     Variant("sjd", "codes16"),
@@ -70,7 +77,9 @@ VARIANTS = [
 
 def enumerable_adapter(model: str):
     if model == "suite":  # tests/test_exactness.py's model
-        return build_debug_adapter(grid_h=2, grid_w=2, n_codes=4, dim=32, n_layers=2, init_std=0.15, cfg_scale=2.0, seed=0)
+        return build_debug_adapter(
+            grid_h=2, grid_w=2, n_codes=4, dim=32, n_layers=2, init_std=0.15, cfg_scale=2.0, seed=0
+        )
     return build_debug_adapter(grid_h=1, grid_w=2, n_codes=16, dim=32, n_layers=2, init_std=0.3, cfg_scale=2.0, seed=0)
 
 
@@ -79,8 +88,14 @@ def build_decoder(variant: Variant, adapter) -> Decoder:
         name, knobs = spec
         return resolve_part(kind, {"name": name, **dict(knobs)}, f"decoder.{kind}").build(adapter)
 
-    return Decoder(WINDOW, part("proposal", variant.proposal), part("verifier", variant.verifier),
-                   part("init", ("random", ())), track_growth=False, trace_positions=0)
+    return Decoder(
+        WINDOW,
+        part("proposal", variant.proposal),
+        part("verifier", variant.verifier),
+        part("init", ("random", ())),
+        track_growth=False,
+        trace_positions=0,
+    )
 
 
 def _draw(variant: Variant, n: int, seed: int) -> tuple[Counter, Counter]:
@@ -121,8 +136,9 @@ def measure(variant: Variant, n: int, exact: dict, workers: int) -> Fit:
     tv = 0.5 * sum(abs(counts.get(s, 0) / n - p) for s, p in exact.items())
     tv += 0.5 * sum(c / n for s, c in counts.items() if s not in exact)
     chi2, dof, p_value = chi_square(counts, exact)
-    return Fit(tv, expected_tv_noise(exact, n), chi2, dof, p_value, totals["accepted"] / totals["verified"],
-               totals["nfe"] / n)
+    return Fit(
+        tv, expected_tv_noise(exact, n), chi2, dof, p_value, totals["accepted"] / totals["verified"], totals["nfe"] / n
+    )
 
 
 def exactness_part(n: int, workers: int, only: str | None = None) -> None:
@@ -138,8 +154,11 @@ def exactness_part(n: int, workers: int, only: str | None = None) -> None:
             continue
         fit = measure(variant, n, exact[variant.model], workers)
         model = "4 cells x 4 codes" if variant.model == "suite" else "2 cells x 16 codes"
-        print(f"| {model} | {variant.label} | {fit.tv:.4f} | {fit.noise:.4f} | {fit.chi2:.0f} / {fit.dof} | "
-              f"{fit.p_value:.2g} | {fit.accept:.3f} | {fit.nfe:.3f} |", flush=True)
+        print(
+            f"| {model} | {variant.label} | {fit.tv:.4f} | {fit.noise:.4f} | {fit.chi2:.0f} / {fit.dof} | "
+            f"{fit.p_value:.2g} | {fit.accept:.3f} | {fit.nfe:.3f} |",
+            flush=True,
+        )
     print()
 
 
@@ -172,8 +191,11 @@ def toy_part(prompts: int, window: int, results: str) -> None:
         if adapter is None:
             adapter = build_adapter(config.model.name, dict(config.model.options), "cpu")
         summary = execute(config, adapter=adapter).summary
-        print(f"| {label(config)} | `decoder={preset} {' '.join(knobs)}` | {summary['step_compression']:.2f} | "
-              f"{summary['acceptance_rate']:.3f} | {summary['run_id']} |", flush=True)
+        print(
+            f"| {label(config)} | `decoder={preset} {' '.join(knobs)}` | {summary['step_compression']:.2f} | "
+            f"{summary['acceptance_rate']:.3f} | {summary['run_id']} |",
+            flush=True,
+        )
     print()
 
 

@@ -15,6 +15,7 @@
 
 On a machine shared with other jobs, OMP_NUM_THREADS=1 keeps each decode from oversubscribing the cores.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,10 +53,25 @@ def screenshot(html: Path, png: Path) -> None:
     if browser is None:
         print("no Chromium found (apt-get install chromium); screenshot skipped", flush=True)
         return
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-                    f"--screenshot={png}", "--window-size=1400,3000", html.resolve().as_uri()],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--hide-scrollbars",
+            f"--screenshot={png}",
+            "--window-size=1400,3000",
+            html.resolve().as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     print(f"screenshot -> {png}", flush=True)
 
 
@@ -73,8 +89,16 @@ def main() -> None:
     run_dirs = sorted(str(p) for p in (results / "runs").iterdir() if (p / "summary.json").exists())
     sjdbench("eval", *run_dirs, check=False)
     out = results / "report"
-    sjdbench("report", "model=toy", "data=toy", f"results_dir={shown}", "--trace-drafts", "4", "--out",
-             os.path.relpath(out, REPO))
+    sjdbench(
+        "report",
+        "model=toy",
+        "data=toy",
+        f"results_dir={shown}",
+        "--trace-drafts",
+        "4",
+        "--out",
+        os.path.relpath(out, REPO),
+    )
     if args.no_readme:
         return
     figures = out / "figures" / "toy-toy"

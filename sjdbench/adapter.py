@@ -15,6 +15,7 @@ n-1, n, ..., causal mask, keep a prefix); a draft tree (several slots share a po
 only its ancestors) and several image rows in flight (each row sees only its own drafts) use the
 same two calls.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ class SegmentLayout:
         return table
 
     @staticmethod
-    def grid(h: int, w: int, eol_token: int | None = None, eoi_token: int | None = None) -> "SegmentLayout":
+    def grid(h: int, w: int, eol_token: int | None = None, eoi_token: int | None = None) -> SegmentLayout:
         """Row-major grid, optionally with a forced end-of-line token after each row and an end token."""
         forced, rows, cols = [], [], []
         for r in range(h):
@@ -109,8 +110,9 @@ class ImageARAdapter(Protocol):
         """Logits (2, V) predicting segment position 0 (row 0 = conditional, row 1 = unconditional)."""
         ...
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: Any,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor, cache: Any, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """One window forward: tokens (L,) at segment positions (L,) -> logits (2, L, V).
 
         Slot i sees every *committed* token at a segment position < positions[i] (the prompt

@@ -5,6 +5,7 @@ exit code 2, before any model loads; Ctrl-C ends with "interrupted after k/n sam
 code 130, with every finished sample on disk. On a terminal a progress bar shows; otherwise (logs,
 CI, Slurm) progress goes to stderr as plain lines, one every few seconds.
 """
+
 from __future__ import annotations
 
 import logging
@@ -40,8 +41,11 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def interrupted(error: Interrupted) -> None:
-    err_console.print(f"interrupted after {error.done}/{error.total} samples — re-run the same command to resume",
-                      highlight=False, markup=False)
+    err_console.print(
+        f"interrupted after {error.done}/{error.total} samples — re-run the same command to resume",
+        highlight=False,
+        markup=False,
+    )
     raise typer.Exit(130)
 
 
@@ -58,18 +62,27 @@ def summary_table(title: str, summaries: list[dict], speedups: dict | None = Non
     machine are marked `!`; speedups not timed side by side with AR are marked `~`."""
     from rich import box
 
-    legend = ("step x = AR tokens / NFE; accept = accepted / verified drafts (acc.old: without fresh init "
-              "drafts); len = tokens per iteration; growth = accepted drafts that rose N iterations running; "
-              "sec = latency per image (! = some timed on a busy machine)")
+    legend = (
+        "step x = AR tokens / NFE; accept = accepted / verified drafts (acc.old: without fresh init "
+        "drafts); len = tokens per iteration; growth = accepted drafts that rose N iterations running; "
+        "sec = latency per image (! = some timed on a busy machine)"
+    )
     if speedups is not None:
         legend += "; vs AR = AR latency / latency, geometric mean over prompts (~ = not timed side by side with AR)"
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, caption=legend,
-                  caption_justify="left")
+    table = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, caption=legend, caption_justify="left"
+    )
     columns = [
-        ("decoder", "decoder", 0), ("W", "window", 0), ("n", "n_samples", 0), ("NFE", "nfe_mean", 1),
-        ("step x", "step_compression", 2), ("accept", "acceptance_rate", 2),
-        ("acc.old", "acceptance_rate_no_fresh", 2), ("len", "mean_accepted_length", 2),
-        ("growth", "growth_share", 2), ("sec", "latency_s_mean", 3),
+        ("decoder", "decoder", 0),
+        ("W", "window", 0),
+        ("n", "n_samples", 0),
+        ("NFE", "nfe_mean", 1),
+        ("step x", "step_compression", 2),
+        ("accept", "acceptance_rate", 2),
+        ("acc.old", "acceptance_rate_no_fresh", 2),
+        ("len", "mean_accepted_length", 2),
+        ("growth", "growth_share", 2),
+        ("sec", "latency_s_mean", 3),
     ]
     headers = [h for h, _, _ in columns] + (["vs AR"] if speedups is not None else [])
     for header in headers:
@@ -81,7 +94,11 @@ def summary_table(title: str, summaries: list[dict], speedups: dict | None = Non
         if speedups is not None:
             entry = speedups.get(summary.get("run_id"))
             if entry and entry.get("speedup") is not None:
-                cells.append(f"{entry['speedup']:.2f}" + ("" if entry["paired"] else "~") + ("!" if entry["busy_samples"] else ""))
+                cells.append(
+                    f"{entry['speedup']:.2f}"
+                    + ("" if entry["paired"] else "~")
+                    + ("!" if entry["busy_samples"] else "")
+                )
             else:
                 cells.append("-")
         table.add_row(*cells)
@@ -97,9 +114,11 @@ def latency_warnings(summaries: list[dict]) -> list[str]:
     total = sum(s.get("n_samples") or 0 for s in flagged)
     load = max((s.get("load_1m_max") or 0) for s in flagged)
     names = ", ".join(str(s.get("decoder")) for s in flagged)
-    return [f"warning: {busy} of {total} samples ({names}) were timed while the machine was busy (load average up to "
-            f"{load}, above the cores available); those latencies are not to be trusted: re-time on a quiet machine "
-            "(see README, Reproducibility and performance)"]
+    return [
+        f"warning: {busy} of {total} samples ({names}) were timed while the machine was busy (load average up to "
+        f"{load}, above the cores available); those latencies are not to be trusted: re-time on a quiet machine "
+        "(see README, Reproducibility and performance)"
+    ]
 
 
 class CliReporter:
@@ -149,14 +168,22 @@ class CliReporter:
 
 def _progress_bar(quiet: bool) -> Progress:
     return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TimeRemainingColumn(), console=err_console, disable=quiet or not err_console.is_terminal, transient=True,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        disable=quiet or not err_console.is_terminal,
+        transient=True,
     )
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(
-    overrides: Optional[List[str]] = typer.Argument(None, help=OVERRIDES_HELP, show_default=False, metavar="KEY=VALUE..."),
+    overrides: Optional[List[str]] = typer.Argument(
+        None, help=OVERRIDES_HELP, show_default=False, metavar="KEY=VALUE..."
+    ),
     show_config: bool = typer.Option(False, "--show-config", help="Print the composed config and exit."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or progress lines."),
 ) -> None:
@@ -187,9 +214,13 @@ def run(
     except OSError as error:  # an I/O failure outside the store's own checks
         fail(f"{error.strerror or error}{f': {error.filename}' if error.filename else ''}")
     summary = outcome.summary
-    verb = {"complete": "already complete (nothing redone)", "finished": "finished", "partial": "partial"}[outcome.status]
+    verb = {"complete": "already complete (nothing redone)", "finished": "finished", "partial": "partial"}[
+        outcome.status
+    ]
     of_set = f"; {summary.get('n_samples', 0)} of {summary.get('n_wanted')} samples of the prompt set stored"
-    console.print(f"run {outcome.run_id} {verb}: {outcome.new_samples} new samples -> {outcome.run_dir}{of_set}", highlight=False)
+    console.print(
+        f"run {outcome.run_id} {verb}: {outcome.new_samples} new samples -> {outcome.run_dir}{of_set}", highlight=False
+    )
     console.print(summary_table("summary", [summary]))
     for line in latency_warnings([summary]):
         err_console.print(line, highlight=False, markup=False)
@@ -197,25 +228,42 @@ def run(
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def sweep(
-    overrides: Optional[List[str]] = typer.Argument(None, help="Grid in Hydra's override grammar: decoder=sjd,sjd_vp "
-                                                    "decoder.window=16,32,64 seed=range(0,3) decoder=glob(sjd*) +sweep=window",
-                                                    show_default=False, metavar="KEY=VALUES..."),
+    overrides: Optional[List[str]] = typer.Argument(
+        None,
+        help="Grid in Hydra's override grammar: decoder=sjd,sjd_vp "
+        "decoder.window=16,32,64 seed=range(0,3) decoder=glob(sjd*) +sweep=window",
+        show_default=False,
+        metavar="KEY=VALUES...",
+    ),
     executor: str = typer.Option("local", "--executor", "-e", help="local | submitit | ray"),
-    timing: Optional[str] = typer.Option(None, "--timing", help="paired (AR and each decoder interleaved prompt by prompt; "
-                                         "the local default) | single (one run after another; the default for submitit "
-                                         "and ray). Same as sweep.timing=..."),
+    timing: Optional[str] = typer.Option(
+        None,
+        "--timing",
+        help="paired (AR and each decoder interleaved prompt by prompt; "
+        "the local default) | single (one run after another; the default for submitit "
+        "and ray). Same as sweep.timing=...",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid and which runs exist; run nothing."),
     no_baseline: bool = typer.Option(False, "--no-baseline", help="Do not add the AR baseline runs."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="submitit cluster: slurm (the default; refused when no "
-                                          "Slurm answers) | local | debug (both on this machine)"),
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        help="submitit cluster: slurm (the default; refused when no "
+        "Slurm answers) | local | debug (both on this machine)",
+    ),
     partition: Optional[str] = typer.Option(None, "--partition", help="Slurm partition."),
-    gpus_per_task: Optional[int] = typer.Option(None, "--gpus-per-task", help="GPUs per job (default: 1 on Slurm; "
-                                                "elsewhere 1 for CUDA runs, 0 for CPU runs)."),
+    gpus_per_task: Optional[int] = typer.Option(
+        None, "--gpus-per-task", help="GPUs per job (default: 1 on Slurm; elsewhere 1 for CUDA runs, 0 for CPU runs)."
+    ),
     cpus_per_task: int = typer.Option(8, "--cpus-per-task", help="CPUs per Slurm job."),
     timeout_min: int = typer.Option(240, "--timeout-min", help="Time limit per job (Slurm, submitit local)."),
     array_parallelism: int = typer.Option(64, "--array-parallelism", help="Max Slurm array tasks at once."),
-    evaluate: bool = typer.Option(False, "--eval", help="Score each run when it finishes (eval=<preset>, eval.<key>=...; "
-                                  "default: by model and data) and add the seed+1 AR run the noise floor needs."),
+    evaluate: bool = typer.Option(
+        False,
+        "--eval",
+        help="Score each run when it finishes (eval=<preset>, eval.<key>=...; "
+        "default: by model and data) and add the seed+1 AR run the noise floor needs.",
+    ),
 ) -> None:
     """Run a grid of configurations (plus their AR baselines); re-running resumes."""
     from sjdbench.cli_eval import SweepScorer, is_eval_word
@@ -225,8 +273,9 @@ def sweep(
         on_slurm = executor == "submitit" and (cluster or "slurm") == "slurm"
         remote_gpus = (1 if gpus_per_task is None else gpus_per_task) if on_slurm else None
         eval_words = [w for w in overrides or [] if is_eval_word(w)]
-        plan = build_plan([w for w in overrides or [] if not is_eval_word(w)], add_baselines=not no_baseline,
-                          remote_gpus=remote_gpus)
+        plan = build_plan(
+            [w for w in overrides or [] if not is_eval_word(w)], add_baselines=not no_baseline, remote_gpus=remote_gpus
+        )
         scorer = SweepScorer(plan, eval_words) if evaluate or eval_words else None
         plan = scorer.plan if scorer else plan
         note_legacy_runs(plan.directory.parent.parent)
@@ -240,13 +289,26 @@ def sweep(
             console.print(table)
             return
         if gpus_per_task is None:
-            cuda = any(p.config.device.startswith("cuda") or (p.config.device == "auto" and _cuda_visible()) for p in plan.points)
+            cuda = any(
+                p.config.device.startswith("cuda") or (p.config.device == "auto" and _cuda_visible())
+                for p in plan.points
+            )
             gpus_per_task = 1 if on_slurm or cuda else 0
-        slurm = {"partition": partition, "gpus_per_task": gpus_per_task, "timeout_min": timeout_min,
-                 "array_parallelism": array_parallelism, "cpus_per_task": cpus_per_task}
+        slurm = {
+            "partition": partition,
+            "gpus_per_task": gpus_per_task,
+            "timeout_min": timeout_min,
+            "array_parallelism": array_parallelism,
+            "cpus_per_task": cpus_per_task,
+        }
         with Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TimeRemainingColumn(), console=err_console, disable=not err_console.is_terminal,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=err_console,
+            disable=not err_console.is_terminal,
         ) as bar:
             task = bar.add_task("sweep", total=len(plan.points))
             reporter = CliReporter(bar if err_console.is_terminal else None, "sweep")
@@ -256,12 +318,17 @@ def sweep(
                 count["n"] += 1
                 bar.advance(task)
                 if not err_console.is_terminal:
-                    err_console.print(f"sweep {plan.sweep_id}: {count['n']}/{len(plan.points)} runs; {result.run_id} "
-                                      f"{result.status}", highlight=False, markup=False)
+                    err_console.print(
+                        f"sweep {plan.sweep_id}: {count['n']}/{len(plan.points)} runs; {result.run_id} {result.status}",
+                        highlight=False,
+                        markup=False,
+                    )
                 if scorer:
                     scorer.on_result(result)
 
-            results = execute_sweep(plan, executor, tick=tick, cluster=cluster, slurm=slurm, timing=timing, reporter=reporter)
+            results = execute_sweep(
+                plan, executor, tick=tick, cluster=cluster, slurm=slurm, timing=timing, reporter=reporter
+            )
         if scorer:
             scorer.finish()
         speedups = latency_comparisons(plan)
@@ -270,16 +337,19 @@ def sweep(
     except Interrupted as error:
         interrupted(error)
     except KeyboardInterrupt:
-        err_console.print("interrupted — re-run the same command to resume; finished samples are saved",
-                          highlight=False, markup=False)
-        raise typer.Exit(130)
+        err_console.print(
+            "interrupted — re-run the same command to resume; finished samples are saved", highlight=False, markup=False
+        )
+        raise typer.Exit(130) from None
     except OSError as error:  # an I/O failure outside the store's own checks
         fail(f"{error.strerror or error}{f': {error.filename}' if error.filename else ''}")
     counts = {}
     for result in results:
         counts[result.status] = counts.get(result.status, 0) + 1
-    console.print(f"sweep {plan.sweep_id}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-                  + f" -> {plan.directory}", highlight=False)
+    console.print(
+        f"sweep {plan.sweep_id}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f" -> {plan.directory}",
+        highlight=False,
+    )
     from sjdbench.store import RunStore
 
     summaries = [s for s in (RunStore(plan.directory.parent.parent, p.run_id).summary() for p in plan.points) if s]
@@ -288,9 +358,12 @@ def sweep(
         err_console.print(line, highlight=False, markup=False)
     unpaired = sorted({entry["decoder"] for entry in speedups.values() if not entry["paired"]})
     if unpaired:
-        err_console.print(f"warning: the speedups of {', '.join(unpaired)} compare latencies timed apart from AR's "
-                          "(machine state may differ); rows decoded with --timing paired are compared side by side",
-                          highlight=False, markup=False)
+        err_console.print(
+            f"warning: the speedups of {', '.join(unpaired)} compare latencies timed apart from AR's "
+            "(machine state may differ); rows decoded with --timing paired are compared side by side",
+            highlight=False,
+            markup=False,
+        )
     failed = [r for r in results if r.status == "failed"]
     for result in failed:
         err_console.print(f"failed {result.run_id}: {result.error}", highlight=False, markup=False)
@@ -310,13 +383,19 @@ def note_legacy_runs(root) -> None:
 
     count = len(legacy_runs(root))
     if count:
-        err_console.print(f"note: {root} holds {count} run(s) from an older sjdbench, keyed differently and not "
-                          f"resumed; `sjdbench migrate --results-dir {root}` re-keys them", highlight=False, markup=False)
+        err_console.print(
+            f"note: {root} holds {count} run(s) from an older sjdbench, keyed differently and not "
+            f"resumed; `sjdbench migrate --results-dir {root}` re-keys them",
+            highlight=False,
+            markup=False,
+        )
 
 
 @app.command()
 def migrate(
-    results_dir: Optional[str] = typer.Option(None, "--results-dir", help="Results root (default: results or $SJDBENCH_RESULTS)."),
+    results_dir: Optional[str] = typer.Option(
+        None, "--results-dir", help="Results root (default: results or $SJDBENCH_RESULTS)."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would move; change nothing."),
 ) -> None:
     """Re-key runs written by an older sjdbench under today's run ids (nothing is lost or mixed)."""
@@ -336,7 +415,9 @@ def migrate(
 
 
 @app.command("list")
-def list_choices(group: Optional[str] = typer.Argument(None, help="A config group, e.g. decoder. Omit for all.")) -> None:
+def list_choices(
+    group: Optional[str] = typer.Argument(None, help="A config group, e.g. decoder. Omit for all."),
+) -> None:
     """List config groups and their choices (decoder parts with their knobs and defaults)."""
     from sjdbench.config import available_groups, group_choices
     from sjdbench.decoding.parts import default_spec
@@ -350,7 +431,9 @@ def list_choices(group: Optional[str] = typer.Argument(None, help="A config grou
                 described = []
                 for choice in choices:
                     knobs = default_spec(kind, choice).knobs()
-                    described.append(choice + (f" ({', '.join(f'{k}={v}' for k, v in knobs.items())})" if knobs else ""))
+                    described.append(
+                        choice + (f" ({', '.join(f'{k}={v}' for k, v in knobs.items())})" if knobs else "")
+                    )
                 choices = described
             console.print(f"{name}: {', '.join(choices)}", highlight=False, markup=False)
     except UserError as error:
@@ -406,8 +489,11 @@ def main() -> None:
             error.show()
             sys.exit(0)
         words = [w for w in sys.argv[1:2] if w in ("run", "sweep", "list", "migrate", "toy")]
-        err_console.print(f"error: {error.format_message()} (see `sjdbench {' '.join(words + ['--help'])}`)",
-                          highlight=False, markup=False)
+        err_console.print(
+            f"error: {error.format_message()} (see `sjdbench {' '.join(words + ['--help'])}`)",
+            highlight=False,
+            markup=False,
+        )
         code = 2
     except errors.ClickException as error:
         err_console.print(f"error: {error.format_message()}", highlight=False, markup=False)
@@ -415,7 +501,8 @@ def main() -> None:
     except (typer.Abort, getattr(errors, "Abort", typer.Abort)):
         code = 130
     except KeyboardInterrupt:
-        err_console.print("interrupted — re-run the same command to resume; finished samples are saved",
-                          highlight=False, markup=False)
+        err_console.print(
+            "interrupted — re-run the same command to resume; finished samples are saved", highlight=False, markup=False
+        )
         code = 130
     sys.exit(code if isinstance(code, int) else 0)

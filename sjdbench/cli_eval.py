@@ -1,5 +1,6 @@
 """`sjdbench eval` (score finished runs), `sjdbench data fetch` (public prompt files), and the
 `sweep --eval` hook that scores each run of a sweep as it finishes."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,8 +20,9 @@ from sjdbench.store import holds_final_samples
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
-data_app = typer.Typer(help="Public prompt sets: download with a pinned checksum.", no_args_is_help=True,
-                       add_completion=False)
+data_app = typer.Typer(
+    help="Public prompt sets: download with a pinned checksum.", no_args_is_help=True, add_completion=False
+)
 
 
 def _fail(message: str) -> None:
@@ -44,8 +46,10 @@ def reject_eval_words(words: list[str]) -> None:
     """`run` decodes only: evaluation settings belong to `eval` or `sweep --eval`."""
     found = [w for w in words if is_eval_word(w)]
     if found:
-        raise UserError(f"{found[0]}: `sjdbench run` does not score; score its run with `sjdbench eval <run_id> "
-                        f"{found[0]}` (or sweep with --eval)")
+        raise UserError(
+            f"{found[0]}: `sjdbench run` does not score; score its run with `sjdbench eval <run_id> "
+            f"{found[0]}` (or sweep with --eval)"
+        )
 
 
 def results_root(results_dir: Optional[str]) -> Path:
@@ -56,7 +60,11 @@ def results_root(results_dir: Optional[str]) -> Path:
 
 
 def _runs_in(folder: Path) -> list[Path]:
-    return sorted(p for p in (folder / "runs").iterdir() if (p / "config.yaml").exists()) if (folder / "runs").is_dir() else []
+    return (
+        sorted(p for p in (folder / "runs").iterdir() if (p / "config.yaml").exists())
+        if (folder / "runs").is_dir()
+        else []
+    )
 
 
 def select_runs(targets: list[str], root: Path) -> tuple[list[Path], list[str]]:
@@ -87,8 +95,10 @@ def select_runs(targets: list[str], root: Path) -> tuple[list[Path], list[str]]:
         else:
             matches = [p for p in _runs_in(root) if fnmatch.fnmatch(p.name, target)]
             if not matches:
-                raise UserError(f"'{target}' is neither a run id in {root / 'runs'}, a run, sweep or results folder, "
-                                "nor a pattern matching a run id (e.g. 'toy-sjd-*')")
+                raise UserError(
+                    f"'{target}' is neither a run id in {root / 'runs'}, a run, sweep or results folder, "
+                    "nor a pattern matching a run id (e.g. 'toy-sjd-*')"
+                )
             chosen += matches
     if filters and not [t for t in targets if "=" not in t]:
         chosen = _runs_in(root)
@@ -104,7 +114,9 @@ def select_runs(targets: list[str], root: Path) -> tuple[list[Path], list[str]]:
             kept.append(run)
     if filters and not kept:
         fields = "model, data, decoder, decoder_preset, decoder_family, seed, window"
-        notes.append(f"no finished run matches {' '.join(f'{k}={v}' for k, v in filters.items())} (summary fields: {fields})")
+        notes.append(
+            f"no finished run matches {' '.join(f'{k}={v}' for k, v in filters.items())} (summary fields: {fields})"
+        )
     return kept, notes
 
 
@@ -147,13 +159,26 @@ def _interval(ci, digits: int = 3) -> str:
 def outcome_table(outcomes) -> Table:
     from rich import box
 
-    caption = ("value [bootstrap 95 % CI over prompts]; Δ vs AR: paired difference with the AR run; floor: the same "
-               "comparison between two AR runs that differ only in their seeds (set metrics: their distance)")
-    table = Table(title="scores", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
-                  collapse_padding=True, caption=Text(caption), caption_justify="left")
+    caption = (
+        "value [bootstrap 95 % CI over prompts]; Δ vs AR: paired difference with the AR run; floor: the same "
+        "comparison between two AR runs that differ only in their seeds (set metrics: their distance)"
+    )
+    table = Table(
+        title="scores",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+        caption=Text(caption),
+        caption_justify="left",
+    )
     for header in ("decoder", "evaluator", "N", "value [CI]", "Δ vs AR [CI]", "floor"):
-        table.add_column(header, justify="left" if header in ("decoder", "evaluator") else "right",
-                         no_wrap=header not in ("value [CI]", "Δ vs AR [CI]"))
+        table.add_column(
+            header,
+            justify="left" if header in ("decoder", "evaluator") else "right",
+            no_wrap=header not in ("value [CI]", "Δ vs AR [CI]"),
+        )
     for outcome in outcomes:
         doc = outcome.doc
         if doc is None:
@@ -161,8 +186,19 @@ def outcome_table(outcomes) -> Table:
         paired, floor = doc.get("paired_vs_ar"), doc.get("noise_floor")
         delta = f"{_signed(paired['delta'])} {_interval(paired.get('ci95'))}" if paired else "-"
         name = str(doc.get("decoder") or doc["run_id"]) + (f" s{doc['seed']}" if doc.get("seed") else "")
-        table.add_row(*map(Text, (name, doc["evaluator"], str(doc["n"]), f"{_g(doc['value'])} {_interval(doc.get('ci95'))}",
-                                  delta, _g(floor["value"]) if floor else "-")))
+        table.add_row(
+            *map(
+                Text,
+                (
+                    name,
+                    doc["evaluator"],
+                    str(doc["n"]),
+                    f"{_g(doc['value'])} {_interval(doc.get('ci95'))}",
+                    delta,
+                    _g(floor["value"]) if floor else "-",
+                ),
+            )
+        )
     return table
 
 
@@ -187,13 +223,23 @@ def quality_table(runs: list[Path]) -> Table | None:
             rows.append((_summary(run), scores))
     if not rows:
         return None
-    caption = ("CLIP: toy CLIP-Score, Δ = paired difference with AR [bootstrap 95 % CI over prompts]; FD: toy FD "
-               "against renders of the same captions; FD AR': FD between this run and the seed+1 AR run, beside "
-               "the noise floor (FD between the two AR runs); obj: captioned shapes drawn in the captioned "
-               "colour, Δ vs AR")
+    caption = (
+        "CLIP: toy CLIP-Score, Δ = paired difference with AR [bootstrap 95 % CI over prompts]; FD: toy FD "
+        "against renders of the same captions; FD AR': FD between this run and the seed+1 AR run, beside "
+        "the noise floor (FD between the two AR runs); obj: captioned shapes drawn in the captioned "
+        "colour, Δ vs AR"
+    )
     sizes = sorted({str(summary.get("n_samples")) for summary, _ in rows})
-    table = Table(title=f"quality beside speed (N = {', '.join(sizes)} per run)", title_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False, padding=(0, 1), collapse_padding=True, caption=Text(caption), caption_justify="left")
+    table = Table(
+        title=f"quality beside speed (N = {', '.join(sizes)} per run)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+        caption=Text(caption),
+        caption_justify="left",
+    )
     for header in ("decoder", "step x", "CLIP", "Δ CLIP [CI]", "FD", "FD AR' (floor)", "obj", "Δ obj"):
         table.add_column(header, justify="left" if header == "decoder" else "right", no_wrap=True)
 
@@ -205,12 +251,23 @@ def quality_table(runs: list[Path]) -> Table | None:
         clip_pair, obj_pair = clip.get("paired_vs_ar"), objects.get("paired_vs_ar")
         name = str(summary.get("decoder")) + (f" s{summary['seed']}" if summary.get("seed") else "")
         clip_ci = clip_pair.get("ci95") if clip_pair else None
-        table.add_row(*map(Text, (
-            name, f"{summary.get('step_compression', 0):.2f}", _fixed(clip.get("value"), 1),
-            (f"{clip_pair['delta']:+.1f}" + (f" [{clip_ci[0]:.1f},{clip_ci[1]:.1f}]" if clip_ci else "")) if clip_pair else "-",
-            _g(fd.get("value")), _fd_vs_floor(fd), _fixed(objects.get("value"), 2),
-            f"{obj_pair['delta']:+.2f}" if obj_pair else "-",
-        )))
+        table.add_row(
+            *map(
+                Text,
+                (
+                    name,
+                    f"{summary.get('step_compression', 0):.2f}",
+                    _fixed(clip.get("value"), 1),
+                    (f"{clip_pair['delta']:+.1f}" + (f" [{clip_ci[0]:.1f},{clip_ci[1]:.1f}]" if clip_ci else ""))
+                    if clip_pair
+                    else "-",
+                    _g(fd.get("value")),
+                    _fd_vs_floor(fd),
+                    _fixed(objects.get("value"), 2),
+                    f"{obj_pair['delta']:+.2f}" if obj_pair else "-",
+                ),
+            )
+        )
     return table
 
 
@@ -218,19 +275,24 @@ def quality_table(runs: list[Path]) -> Table | None:
 
 
 def eval_command(
-    targets: Optional[List[str]] = typer.Argument(None, help="Run ids (or globs like 'toy-sjd-*'), run/sweep/results "
-                                                  "folders, summary filters (model=toy seed=0), and eval=<preset> / "
-                                                  "eval.<key>=<value> settings.", show_default=False),
-    results_dir: Optional[str] = typer.Option(None, "--results-dir", help="Results root (default: results or $SJDBENCH_RESULTS)."),
+    targets: Optional[List[str]] = typer.Argument(
+        None,
+        help="Run ids (or globs like 'toy-sjd-*'), run/sweep/results "
+        "folders, summary filters (model=toy seed=0), and eval=<preset> / "
+        "eval.<key>=<value> settings.",
+        show_default=False,
+    ),
+    results_dir: Optional[str] = typer.Option(
+        None, "--results-dir", help="Results root (default: results or $SJDBENCH_RESULTS)."
+    ),
     show_config: bool = typer.Option(False, "--show-config", help="Print the composed eval config and exit."),
 ) -> None:
     """Score finished runs: toy CLIP/FD/objects (model=toy), CLIP-Score, FID, KID; resumable."""
     from omegaconf import OmegaConf
 
     from sjdbench.evaluate import score
-    from sjdbench.evaluators.settings import compose_eval
-
     from sjdbench.evaluators.hashing import env_flag_offline
+    from sjdbench.evaluators.settings import compose_eval
 
     env_flag_offline()  # before anything imports huggingface_hub
     words = targets or []
@@ -241,8 +303,10 @@ def eval_command(
             return
         runs = [w for w in words if not is_eval_word(w)]
         if not runs:
-            raise UserError("name the runs to score: run ids, run/sweep/results folders, or filters like model=toy "
-                            "(e.g. `sjdbench eval results model=toy`)")
+            raise UserError(
+                "name the runs to score: run ids, run/sweep/results folders, or filters like model=toy "
+                "(e.g. `sjdbench eval results model=toy`)"
+            )
         root = results_root(results_dir)
         selected, notes = select_runs(runs, root)
         for note in notes:

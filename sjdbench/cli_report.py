@@ -1,4 +1,5 @@
 """`sjdbench report`: tables, figures, Parquet and one HTML page from the results store."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,14 +12,20 @@ from sjdbench.errors import UserError
 
 def report(
     filters: Optional[List[str]] = typer.Argument(
-        None, show_default=False,
+        None,
+        show_default=False,
         help="Which runs: model=toy data=toy decoder=sjd,sjd_vp decoder.window=16,32 seed=0, a sweep id, "
-             "results_dir=DIR. Default: every run in results/ (or $SJDBENCH_RESULTS)."),
+        "results_dir=DIR. Default: every run in results/ (or $SJDBENCH_RESULTS).",
+    ),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: <results_dir>/report)."),
     every_run: bool = typer.Option(False, "--every-run", help="Main table: every run, not only the presets' defaults."),
-    trace_drafts: int = typer.Option(0, "--trace-drafts", metavar="K",
-                                     help="First replay K prompts of each sampled decoder run that has no draft "
-                                          "traces, to plot accepted vs rejected draft trajectories (loads the model)."),
+    trace_drafts: int = typer.Option(
+        0,
+        "--trace-drafts",
+        metavar="K",
+        help="First replay K prompts of each sampled decoder run that has no draft "
+        "traces, to plot accepted vs rejected draft trajectories (loads the model).",
+    ),
 ) -> None:
     """Tables (md, LaTeX, CSV), figures (PNG, SVG), runs/samples Parquet and report.html from stored runs."""
     from sjdbench.cli import console, err_console, fail
@@ -28,8 +35,13 @@ def report(
     if trace_drafts < 0:
         fail("--trace-drafts must be >= 0 (the number of prompts to replay per run)")
     try:
-        result = build_report(filters or [], out, every_run=every_run, trace=trace_drafts,
-                              progress=lambda line: err_console.print(line, highlight=False, markup=False))
+        result = build_report(
+            filters or [],
+            out,
+            every_run=every_run,
+            trace=trace_drafts,
+            progress=lambda line: err_console.print(line, highlight=False, markup=False),
+        )
     except UserError as error:
         fail(str(error))
     from rich.console import Console

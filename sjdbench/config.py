@@ -6,6 +6,7 @@ one readable line; unknown group choices list the valid ones. A decoder's parts 
 config groups (`decoder/verifier=lantern`, knobs as `decoder.verifier.delta=0.2`); every part is
 resolved and checked here, before any model loads. Run identity lives in identity.py.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,10 +20,9 @@ from typing import Any, Dict, Optional
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from sjdbench.decoding.parts import KINDS as PART_KINDS  # part groups: conf/decoder/<kind>/<name>.yaml
 from sjdbench.errors import UserError
 from sjdbench.paths import conf_dir, config_dirs
-
-from sjdbench.decoding.parts import KINDS as PART_KINDS  # part groups: conf/decoder/<kind>/<name>.yaml
 
 
 @dataclass
@@ -46,8 +46,9 @@ class ModelConfig:
             if value is None:
                 continue
             if key in self.options and self.options[key] != value:
-                raise UserError(f"model.{key}={value} contradicts model.options.{key}={self.options[key]}; "
-                                "set one of them")
+                raise UserError(
+                    f"model.{key}={value} contradicts model.options.{key}={self.options[key]}; set one of them"
+                )
             self.options = {**self.options, key: value}
 
 
@@ -100,7 +101,9 @@ class RunConfig:
     results_dir: str = "results"
     save_images: bool = True
     warmup: int = 1  # untimed decodes before the first timed one
-    threads: Optional[int] = None  # torch CPU threads; null: 1 on CPU (measured, see machine.py), torch's default on GPU
+    threads: Optional[int] = (
+        None  # torch CPU threads; null: 1 on CPU (measured, see machine.py), torch's default on GPU
+    )
 
 
 def group_choices(group: str) -> list[str]:
@@ -126,8 +129,10 @@ MOVED_KEYS = {
     "decoder.tau": "decoder/proposal=coupled decoder.proposal.tau=...",
     "decoder.lantern": "decoder/verifier=lantern decoder.verifier.<k|delta|zero_on>=...",
     "decoder.gsd": "decoder/verifier=gsd decoder.verifier.<group_size|p_thr|d_thr>=...",
-    **{f"decoder.{knob}": f"decoder/proposal=vp decoder.proposal.{knob}=..."
-       for knob in ("gamma", "history", "lam", "fusion", "fusion_top_k", "reference")},
+    **{
+        f"decoder.{knob}": f"decoder/proposal=vp decoder.proposal.{knob}=..."
+        for knob in ("gamma", "history", "lam", "fusion", "fusion_top_k", "reference")
+    },
 }
 
 
@@ -143,8 +148,9 @@ def normalize_overrides(words: list[str]) -> list[str]:
         else:
             for old, new in MOVED_KEYS.items():
                 if bare == old or bare.startswith(old + "."):
-                    raise UserError(f"{bare} is no longer a key: decoders are built from parts; use {new} "
-                                    "(see `sjdbench list`)")
+                    raise UserError(
+                        f"{bare} is no longer a key: decoders are built from parts; use {new} (see `sjdbench list`)"
+                    )
         out.append(word)
     return out
 
@@ -162,8 +168,10 @@ def _check_choices(overrides: list[str]) -> None:
             raise UserError(f"{label}= needs a value; choose one of: {', '.join(group_choices(group))}")
         if "," in choice:
             several = choice.strip("[]")
-            raise UserError(f"{label}={choice}: one run has one {label.split('.')[-1]}; to run several, sweep over them: "
-                            f"sjdbench sweep {label}={several}")
+            raise UserError(
+                f"{label}={choice}: one run has one {label.split('.')[-1]}; to run several, sweep over them: "
+                f"sjdbench sweep {label}={several}"
+            )
         if re.fullmatch(r"[\w.-]+", choice) and choice not in group_choices(group):
             raise UserError(f"unknown {label} '{choice}'; choose one of: {', '.join(group_choices(group))}")
 
@@ -181,9 +189,13 @@ def _check_syntax(overrides: list[str]) -> None:
             key, _, value = word.partition("=")
             if value.startswith("="):
                 raise UserError(f"'{word}' has two '='; write {key}={value.lstrip('=')}") from None
-            reason = re.sub(r"\s*expecting \{.*", "", str(error).splitlines()[1] if len(str(error).splitlines()) > 1 else "")
-            raise UserError(f"cannot read override '{word}'{f' ({reason})' if reason else ''}; write key=value, and quote "
-                            "values with spaces or special characters: key='a value'") from None
+            reason = re.sub(
+                r"\s*expecting \{.*", "", str(error).splitlines()[1] if len(str(error).splitlines()) > 1 else ""
+            )
+            raise UserError(
+                f"cannot read override '{word}'{f' ({reason})' if reason else ''}; write key=value, and quote "
+                "values with spaces or special characters: key='a value'"
+            ) from None
         if parsed.is_sweep_override():
             raise UserError(f"{word}: `run` takes one value per key; to run several, use sjdbench sweep {word}")
 
@@ -202,6 +214,7 @@ def register_schema() -> None:
 
 def _two_lines(error: Exception) -> str:
     """Hydra puts the what on line 1 and the why on line 2; keep both on one line."""
+
     def meaningful(e: BaseException) -> list[str]:
         skip = ("full_key", "reference_type", "object_type")
         return [line.strip() for line in str(e).splitlines() if line.strip() and not line.strip().startswith(skip)]
@@ -223,9 +236,9 @@ def _unknown_key_message(key: str) -> str:
 
 
 def _part_has_knob(kind: str, name: str, knob: str) -> bool:
-    from sjdbench.decoding.parts import part_yaml
-
     import yaml
+
+    from sjdbench.decoding.parts import part_yaml
 
     path = part_yaml(kind, name)
     return bool(path and knob in (yaml.safe_load(path.read_text()) or {}))
@@ -295,8 +308,10 @@ def check_sampling(values: dict[str, Any], where: str, image_tokens: int | None 
     if top_k is not None and top_k < 0:
         raise UserError(f"{where}top_k must be >= 0 (0 = off), got {top_k}")
     if top_k is not None and image_tokens is not None and top_k > image_tokens:
-        raise UserError(f"{where}top_k={top_k} exceeds the model's {image_tokens} image tokens; "
-                        f"use 1..{image_tokens}, or 0 for no top-k")
+        raise UserError(
+            f"{where}top_k={top_k} exceeds the model's {image_tokens} image tokens; "
+            f"use 1..{image_tokens}, or 0 for no top-k"
+        )
 
 
 SAMPLING_KEYS = ("cfg_scale", "temperature", "top_k", "top_p")
@@ -309,6 +324,7 @@ def model_sampling_options(config: RunConfig) -> dict[str, Any]:
 
 def _check_finite_knobs(spec: Any) -> None:
     """NaN or inf in any float knob of any part (a NaN slips through every `x < 0` range check)."""
+
     def visit(part: Any, where: str) -> None:
         for knob, value in part.knobs().items():
             if isinstance(value, float) and not math.isfinite(value):
@@ -341,7 +357,7 @@ def validate(config: RunConfig) -> None:
             raise UserError(f"data.shard {config.data.shard}: need 0 <= i < n")
 
 
-def decoder_spec(config: RunConfig) -> "DecoderSpec":  # noqa: F821
+def decoder_spec(config: RunConfig) -> DecoderSpec:  # noqa: F821
     """The resolved decoder of a run config (its parts, typed and checked)."""
     from sjdbench.decoding.build import resolve_decoder
 

@@ -3,6 +3,7 @@
 A prompt's id is its index in the full set, so ids stay stable under `data.limit` and `data.shard`,
 and a run can be resumed or merged by prompt id.
 """
+
 from __future__ import annotations
 
 import csv
@@ -39,8 +40,10 @@ def _read_text(path: Path) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = raw[: error.start].count(b"\n") + 1
-        raise UserError(f"prompt file {path} is not UTF-8 text (byte 0x{raw[error.start]:02x} on line {line}); "
-                        "re-save it as UTF-8, e.g. iconv -f latin1 -t utf-8") from None
+        raise UserError(
+            f"prompt file {path} is not UTF-8 text (byte 0x{raw[error.start]:02x} on line {line}); "
+            "re-save it as UTF-8, e.g. iconv -f latin1 -t utf-8"
+        ) from None
 
 
 def read_prompt_file(path: Path, column: str = "prompt") -> list[str]:
@@ -80,7 +83,10 @@ def resolve_path(data) -> Path:
         raise UserError("data=file needs a prompt file: add data.path=<file.txt|.tsv|.csv>")
     path = prompts_dir() / f"{data.name}.txt"
     if not path.exists():
-        raise UserError(f"no shipped prompt set '{data.name}'; choose one of: {', '.join(shipped_sets())} or data=file data.path=...")
+        raise UserError(
+            f"no shipped prompt set '{data.name}'; choose one of: {', '.join(shipped_sets())} "
+            "or data=file data.path=..."
+        )
     return path
 
 

@@ -1,4 +1,5 @@
 """Errors meant for the user: the CLI prints their one-line message (with the fix) and exits 2."""
+
 from __future__ import annotations
 
 

@@ -14,6 +14,7 @@ The score file is keyed by the hash of its full protocol and never recomputed on
 comparison whose AR run is not finished yet is listed under `pending` and filled in by a later
 `sjdbench eval` from the cached vectors.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -165,9 +166,12 @@ def _protocol(evaluator: Evaluator, run: RunView, config: EvalConfig, reference_
         "samples_per_prompt": run.config.samples_per_prompt,
         "data": run.config.data.name,
         "samples_sha256": _samples_sha(run),
-        "statistics": {"ci": "95 % percentile bootstrap over prompts (paired for differences)",
-                       "bootstrap": _bootstrap_reps(evaluator, config), "seed": config.stat_seed,
-                       "noise_floor": f"AR at seed + {config.floor_seed_offset} against AR, same prompts and N"},
+        "statistics": {
+            "ci": "95 % percentile bootstrap over prompts (paired for differences)",
+            "bootstrap": _bootstrap_reps(evaluator, config),
+            "seed": config.stat_seed,
+            "noise_floor": f"AR at seed + {config.floor_seed_offset} against AR, same prompts and N",
+        },
         "versions": library_versions(),
     }
     if reference_protocol is not None:
@@ -195,13 +199,16 @@ def _breakdown(evaluator, run: RunView, vectors: np.ndarray) -> dict:
     return out
 
 
-def _paired(statistic: Callable[[np.ndarray], float], prompt_ids: np.ndarray, reps: int, seed: int) -> tuple[float, list | None]:
+def _paired(
+    statistic: Callable[[np.ndarray], float], prompt_ids: np.ndarray, reps: int, seed: int
+) -> tuple[float, list | None]:
     rows = np.arange(len(prompt_ids))
     return float(statistic(rows)), bootstrap_ci(statistic, prompt_groups(prompt_ids), reps, seed)
 
 
-def _comparisons(evaluator: Evaluator, run: RunView, config: EvalConfig, vectors: np.ndarray,
-                 reference: np.ndarray | None) -> tuple[dict | None, dict | None, dict, list[str]]:
+def _comparisons(
+    evaluator: Evaluator, run: RunView, config: EvalConfig, vectors: np.ndarray, reference: np.ndarray | None
+) -> tuple[dict | None, dict | None, dict, list[str]]:
     """(paired_vs_ar, noise_floor, extra, pending) from the AR runs' cached vectors."""
     root = run.dir.parent.parent
     reps, seed = _bootstrap_reps(evaluator, config), config.stat_seed
@@ -230,8 +237,10 @@ def _comparisons(evaluator: Evaluator, run: RunView, config: EvalConfig, vectors
     floor_id = ar_run_id(run, config.floor_seed_offset)
     ar = vectors_of(ar_id, "paired_vs_ar") if not is_ar(run) else vectors
     floor = vectors_of(floor_id, "noise_floor")
-    floor_how = (f"AR at seed {run.config.seed + config.floor_seed_offset} against AR at seed {run.config.seed}: "
-                 "same model, prompts, sampling and N; only the seeds differ")
+    floor_how = (
+        f"AR at seed {run.config.seed + config.floor_seed_offset} against AR at seed {run.config.seed}: "
+        "same model, prompts, sampling and N; only the seeds differ"
+    )
 
     if evaluator.level == "sample":
         aggregate = evaluator.aggregate
@@ -256,17 +265,25 @@ def _comparisons(evaluator: Evaluator, run: RunView, config: EvalConfig, vectors
         ar_value = headline(ar)
         groups = prompt_groups(prompt_ids)
         ci = bootstrap_ci(lambda r: to_reference(vectors[r]) - to_reference(ar[r]), groups, reps, seed)
-        paired = {"ar_run_id": ar_id, "delta": headline(vectors) - ar_value, "ci95": ci, "n_pairs": int(len(keys)),
-                  "ar_value": ar_value}
+        paired = {
+            "ar_run_id": ar_id,
+            "delta": headline(vectors) - ar_value,
+            "ci95": ci,
+            "n_pairs": int(len(keys)),
+            "ar_value": ar_value,
+        }
     noise = None
     if floor is not None:
         extra["vs_ar_other_seed"] = evaluator.distance(vectors, floor)[0]
         if ar is not None:
-            noise = {"value": evaluator.distance(ar, floor)[0], "how": f"{evaluator.name} between the two AR runs, {floor_how}",
-                     "runs": [ar_id, floor_id],
-                     "delta_vs_reference": headline(floor) - headline(ar),
-                     "read": "compare extra.vs_ar_other_seed (this run against the second AR run) with value, and "
-                             "paired_vs_ar.delta with delta_vs_reference"}
+            noise = {
+                "value": evaluator.distance(ar, floor)[0],
+                "how": f"{evaluator.name} between the two AR runs, {floor_how}",
+                "runs": [ar_id, floor_id],
+                "delta_vs_reference": headline(floor) - headline(ar),
+                "read": "compare extra.vs_ar_other_seed (this run against the second AR run) with value, and "
+                "paired_vs_ar.delta with delta_vs_reference",
+            }
     return paired, noise, extra, pending
 
 
@@ -287,39 +304,69 @@ def score_run(run: RunView, name: str, config: EvalConfig) -> ScoreOutcome:
     try:
         vectors = cached_vectors(evaluator, run, run.keys)
         paired, noise, compare_extra, pending = _comparisons(
-            evaluator, run, config, vectors, reference.vectors if reference else None)
+            evaluator, run, config, vectors, reference.vectors if reference else None
+        )
     except Refused as refusal:
         return ScoreOutcome(run.run_id, name, "refused", message=str(refusal))
     if existing is not None:  # only the comparisons were missing: the score itself stands
         if existing.get("pending") == pending:
             return ScoreOutcome(run.run_id, name, "present", path, existing)
-        doc = {**existing, "paired_vs_ar": paired, "noise_floor": noise, "pending": pending,
-               "extra": {**existing.get("extra", {}), **compare_extra}}
+        doc = {
+            **existing,
+            "paired_vs_ar": paired,
+            "noise_floor": noise,
+            "pending": pending,
+            "extra": {**existing.get("extra", {}), **compare_extra},
+        }
         write_score(path, doc)
         return ScoreOutcome(run.run_id, name, "updated", path, doc)
 
-    doc = {"schema": SCHEMA, "run_id": run.run_id, "evaluator": name, "metric": evaluator.metric,
-           "lower_is_better": evaluator.lower_is_better, "n": len(run.samples), "protocol": protocol,
-           "protocol_hash": digest}
+    doc = {
+        "schema": SCHEMA,
+        "run_id": run.run_id,
+        "evaluator": name,
+        "metric": evaluator.metric,
+        "lower_is_better": evaluator.lower_is_better,
+        "n": len(run.samples),
+        "protocol": protocol,
+        "protocol_hash": digest,
+    }
     if isinstance(evaluator, SetMetric):
         value, extra = evaluator.distance(vectors, reference.vectors)
-        doc.update(value=float(value), ci95=None, extra={**extra, "n_reference": int(len(reference.vectors)),
-                                                          "feature_dim": int(vectors.shape[1])})
+        doc.update(
+            value=float(value),
+            ci95=None,
+            extra={**extra, "n_reference": int(len(reference.vectors)), "feature_dim": int(vectors.shape[1])},
+        )
     else:
         groups = prompt_groups(run.keys[:, 0])
-        doc.update(value=evaluator.aggregate(vectors),
-                   ci95=bootstrap_ci(lambda rows: evaluator.aggregate(vectors[rows]), groups, config.bootstrap, config.stat_seed),
-                   per_sample=[{"prompt_id": int(p), "sample": int(s), "value": float(v)}
-                               for (p, s), v in zip(run.keys.tolist(), evaluator.sample_values(vectors))],
-                   extra={**evaluator.extra(vectors), **_breakdown(evaluator, run, vectors)})
+        doc.update(
+            value=evaluator.aggregate(vectors),
+            ci95=bootstrap_ci(
+                lambda rows: evaluator.aggregate(vectors[rows]), groups, config.bootstrap, config.stat_seed
+            ),
+            per_sample=[
+                {"prompt_id": int(p), "sample": int(s), "value": float(v)}
+                for (p, s), v in zip(run.keys.tolist(), evaluator.sample_values(vectors))
+            ],
+            extra={**evaluator.extra(vectors), **_breakdown(evaluator, run, vectors)},
+        )
     doc["extra"].update(compare_extra)
-    doc.update(paired_vs_ar=paired, noise_floor=noise, pending=pending,
-               decoder=run.summary.get("decoder"), model=run.config.model.name, seed=run.config.seed)
+    doc.update(
+        paired_vs_ar=paired,
+        noise_floor=noise,
+        pending=pending,
+        decoder=run.summary.get("decoder"),
+        model=run.config.model.name,
+        seed=run.config.seed,
+    )
     write_score(path, doc)
     return ScoreOutcome(run.run_id, name, "scored", path, doc)
 
 
-def score(run_dirs: list[Path], config: EvalConfig, on_outcome: Callable[[ScoreOutcome], None] | None = None) -> list[ScoreOutcome]:
+def score(
+    run_dirs: list[Path], config: EvalConfig, on_outcome: Callable[[ScoreOutcome], None] | None = None
+) -> list[ScoreOutcome]:
     """Score every run with its evaluators; AR runs first, so decoder runs find their comparisons."""
     from sjdbench.evaluators.hashing import env_flag_offline
 

@@ -12,6 +12,7 @@ only in part); such a window is answered by the wrapped model itself, with its o
 the state the decode's earlier forwards and commits left it in (replayed once, then kept in step),
 so a lossy decoder's distribution is measured as it runs on the real model.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -21,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from sjdbench.adapter import Sampling
 from sjdbench.decoding.loop import Decoder, jacobi_decode
 from sjdbench.decoding.processing import StructureMasks, process_logits
-from sjdbench.adapter import Sampling
 
 
 def enumerable_model():
@@ -59,8 +60,9 @@ class TabulatedAdapter:
         for seq in self.sequences():
             cache = inner.new_cache(prompt, extra=N - 1)
             table[()] = inner.prefill(prompt, cache).cpu()  # (2, V)
-            logits = inner.forward(torch.tensor(seq[: N - 1], device=inner.device),
-                                   torch.arange(N - 1, device=inner.device), cache).cpu()  # (2, N-1, V)
+            logits = inner.forward(
+                torch.tensor(seq[: N - 1], device=inner.device), torch.arange(N - 1, device=inner.device), cache
+            ).cpu()  # (2, N-1, V)
             for j in range(1, N):
                 table[seq[:j]] = logits[:, j - 1]
         return table
@@ -72,14 +74,20 @@ class TabulatedAdapter:
         """committed[j]: the token committed at segment position j (-1: none yet); window: the last
         forward's (tokens, positions); calls: this decode's forwards and commits, replayed on the wrapped
         model when a window first needs it; live: the wrapped model's cache is in step."""
-        return {"committed": [-1] * self.layout.n_positions, "window": ([], []), "calls": [], "extra": extra,
-                "live": False}
+        return {
+            "committed": [-1] * self.layout.n_positions,
+            "window": ([], []),
+            "calls": [],
+            "extra": extra,
+            "live": False,
+        }
 
     def prefill(self, prompt, cache) -> torch.Tensor:
         return self.table[()].to(self.device)
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: dict,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor, cache: dict, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         values, where = tokens.tolist(), positions.tolist()
         cache["window"] = (values, where)
         if cache["live"]:
@@ -158,8 +166,10 @@ class GoodnessOfFit:
     mean_nfe: float
 
     def __str__(self) -> str:
-        return (f"n={self.n_samples} chi2={self.chi2:.1f} dof={self.dof} p={self.p_value:.3g} "
-                f"TV={self.tv:.4f} (noise floor {self.tv_noise:.4f}) NFE={self.mean_nfe:.2f}")
+        return (
+            f"n={self.n_samples} chi2={self.chi2:.1f} dof={self.dof} p={self.p_value:.3g} "
+            f"TV={self.tv:.4f} (noise floor {self.tv_noise:.4f}) NFE={self.mean_nfe:.2f}"
+        )
 
 
 def pooled_cells(probs: np.ndarray, n: int, min_expected: float = 5.0) -> np.ndarray:
@@ -188,7 +198,9 @@ def pooled_cells(probs: np.ndarray, n: int, min_expected: float = 5.0) -> np.nda
     return dense.reshape(-1)
 
 
-def chi_square_table(observed: np.ndarray, probs: np.ndarray, min_expected: float = 5.0) -> tuple[np.ndarray, int, np.ndarray]:
+def chi_square_table(
+    observed: np.ndarray, probs: np.ndarray, min_expected: float = 5.0
+) -> tuple[np.ndarray, int, np.ndarray]:
     """Pearson statistics for many samples at once: observed (T, C) counts of T samples over the C
     outcomes (each row summing to the same n) -> (chi2 (T,), dof, p-values (T,))."""
     from scipy.stats import chi2 as chi2_dist
@@ -205,7 +217,9 @@ def chi_square_table(observed: np.ndarray, probs: np.ndarray, min_expected: floa
     return stat, dof, chi2_dist.sf(stat, dof)
 
 
-def chi_square(counts: Counter, exact: dict[tuple[int, ...], float], min_expected: float = 5.0) -> tuple[float, int, float]:
+def chi_square(
+    counts: Counter, exact: dict[tuple[int, ...], float], min_expected: float = 5.0
+) -> tuple[float, int, float]:
     """Pearson goodness of fit of sampled sequences against exact probabilities (cells pooled so that
     every one expects >= min_expected). A sample AR can never produce fails outright."""
     if any(c for s, c in counts.items() if exact.get(s, 0.0) == 0.0):
@@ -223,8 +237,14 @@ def expected_tv_noise(exact: dict, n: int) -> float:
     return float(0.5 * np.sqrt(2 / np.pi) * np.sqrt(p * (1 - p) / n).sum())
 
 
-def decoder_fit(adapter: TabulatedAdapter, decoder: Decoder, sampling: Sampling, n_samples: int, seed: int = 0,
-                exact: dict | None = None) -> GoodnessOfFit:
+def decoder_fit(
+    adapter: TabulatedAdapter,
+    decoder: Decoder,
+    sampling: Sampling,
+    n_samples: int,
+    seed: int = 0,
+    exact: dict | None = None,
+) -> GoodnessOfFit:
     """Draw n_samples sequences with the decoder and test them against exact AR."""
     exact = exact if exact is not None else exact_probabilities(adapter, sampling)
     generator = torch.Generator(adapter.device).manual_seed(seed)

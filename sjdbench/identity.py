@@ -11,6 +11,7 @@ only the runs of decoders that use that part.
 A run label names the decoder for people: the preset whose parts it uses, plus every knob that
 differs from that preset, e.g. `sjd_vp(N=2,λ=.25)`, `sjd_vp(fusion=none)`, `sjd+gsd(G=25)`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -50,11 +51,13 @@ def semantic_fields(config: RunConfig, prompts_sha: str, device_type: str, weigh
 
 
 def run_id_for(config: RunConfig, prompts_sha: str, device_type: str, weights: str | None = None) -> str:
-    digest = hashlib.sha256(canonical_json(semantic_fields(config, prompts_sha, device_type, weights)).encode()).hexdigest()
+    digest = hashlib.sha256(
+        canonical_json(semantic_fields(config, prompts_sha, device_type, weights)).encode()
+    ).hexdigest()
     return f"{config.model.name}-{family(decoder_spec(config))}-{digest[:12]}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def preset_spec(name: str) -> DecoderSpec:
     """The decoder a preset builds with no other override."""
     return decoder_spec(compose_run([f"decoder={name}"]))
@@ -62,6 +65,7 @@ def preset_spec(name: str) -> DecoderSpec:
 
 def _part_names(spec: DecoderSpec) -> tuple:
     """The names of the parts and of their nested parts, e.g. ("vp", "resample", "exact", "random")."""
+
     def names(part) -> tuple:
         return (part.name, *(n for child in part.children.values() for n in names(child)))
 
@@ -102,4 +106,3 @@ def label(config: RunConfig) -> str:
             knobs = mine.label_knobs()
             swapped.append(f"+{mine.name}" + (f"({','.join(knobs)})" if knobs else ""))
     return base_name + (f"({','.join(changes)})" if changes else "") + "".join(swapped)
-

@@ -12,6 +12,7 @@ toy model, side by side in one process (docs in README, "Reproducibility and per
 threads win little on a quiet machine and collapse when any other process competes for the cores,
 because OpenMP threads of one matmul wait for each other; one thread stays within ~1.5x.
 """
+
 from __future__ import annotations
 
 import functools
@@ -37,7 +38,7 @@ def load_1m() -> float | None:
         return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cpu_model() -> str:
     """The CPU's marketing name ("AMD EPYC 9B14"), falling back to the architecture."""
     try:
@@ -50,7 +51,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gpu_model(device: str) -> str | None:
     if not device.startswith("cuda"):
         return None

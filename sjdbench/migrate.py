@@ -10,6 +10,7 @@ id already exists is left alone and reported: two stores are never mixed.
     sjdbench migrate                 # the default results directory
     sjdbench migrate --dry-run       # what would move
 """
+
 from __future__ import annotations
 
 import json
@@ -59,8 +60,11 @@ def decoder_from_legacy(old: dict[str, Any]) -> DecoderConfig:
         proposal["tau"] = old["tau"]
     if old.get("vp"):
         vp_knobs = ("gamma", "history", "lam", "fusion", "fusion_top_k", "reference")
-        proposal = {"name": "vp", "inner": proposal if len(proposal) > 1 else proposal["name"],
-                    **{k: old[k] for k in vp_knobs if k in old}}
+        proposal = {
+            "name": "vp",
+            "inner": proposal if len(proposal) > 1 else proposal["name"],
+            **{k: old[k] for k in vp_knobs if k in old},
+        }
     verifier: dict[str, Any] = {"name": old.get("verifier", "exact")}
     if verifier["name"] in ("lantern", "gsd"):
         verifier.update(old.get(verifier["name"]) or {})
@@ -70,14 +74,21 @@ def decoder_from_legacy(old: dict[str, Any]) -> DecoderConfig:
     if verifier["name"] == "lantern":
         verifier["reading"] = LEGACY_ZERO_ON[verifier.pop("zero_on", None) or "all"]
     return DecoderConfig(
-        name=old.get("name", "sjd"), window=int(old.get("window", 16)), proposal=proposal, verifier=verifier,
-        init={"name": old.get("init", "random")}, growth_steps=int(old.get("growth_steps", 3)),
-        growth_reading=old.get("growth_reading", "increases"), trace_positions=int(old.get("trace_positions", 8)),
+        name=old.get("name", "sjd"),
+        window=int(old.get("window", 16)),
+        proposal=proposal,
+        verifier=verifier,
+        init={"name": old.get("init", "random")},
+        growth_steps=int(old.get("growth_steps", 3)),
+        growth_reading=old.get("growth_reading", "increases"),
+        trace_positions=int(old.get("trace_positions", 8)),
     )
 
 
 def config_from_legacy(doc: dict[str, Any]) -> RunConfig:
-    known = {k: doc[k] for k in ("seed", "samples_per_prompt", "device", "results_dir", "save_images", "warmup") if k in doc}
+    known = {
+        k: doc[k] for k in ("seed", "samples_per_prompt", "device", "results_dir", "save_images", "warmup") if k in doc
+    }
     config = RunConfig(
         model=ModelConfig(**doc.get("model", {})),
         decoder=decoder_from_legacy(doc.get("decoder", {})),
@@ -111,12 +122,25 @@ def migrate_run(run_dir: Path, dry_run: bool = False) -> Migration:
     summary_path = target / "summary.json"
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
-        summary.update(run_id=new_id, decoder=label(config), decoder_preset=config.decoder.name,
-                       decoder_family=family(spec), decoder_spec=spec.identity(), schema=SCHEMA)
+        summary.update(
+            run_id=new_id,
+            decoder=label(config),
+            decoder_preset=config.decoder.name,
+            decoder_family=family(spec),
+            decoder_spec=spec.identity(),
+            schema=SCHEMA,
+        )
         atomic_write_json(summary_path, summary)
     # env.json last: its schema marks the run as migrated
-    atomic_write_json(target / "env.json", {**env, "schema": SCHEMA, "decoder_spec": spec.identity(),
-                                             "migrated_from": env.get("migrated_from", run_dir.name)})
+    atomic_write_json(
+        target / "env.json",
+        {
+            **env,
+            "schema": SCHEMA,
+            "decoder_spec": spec.identity(),
+            "migrated_from": env.get("migrated_from", run_dir.name),
+        },
+    )
     return Migration(run_dir.name, new_id, "moved")
 
 

@@ -1,4 +1,5 @@
 """Where sjdbench finds its shipped files and keeps derived ones (no other module guesses paths)."""
+
 from __future__ import annotations
 
 import os

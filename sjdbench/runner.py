@@ -14,6 +14,7 @@ Timing modes, recorded in every row as `timing = {mode, session}`:
   the same session, prompt and sample were timed in the same machine state and their latency
   ratio is trustworthy.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,7 +38,7 @@ from sjdbench.config import (
 )
 from sjdbench.datasets import Prompt, load_prompt_set
 from sjdbench.decoding.build import resolved_settings
-from sjdbench.decoding.loop import DecodeResult, Decoder, jacobi_decode
+from sjdbench.decoding.loop import Decoder, DecodeResult, jacobi_decode
 from sjdbench.errors import Interrupted, NonFiniteLogits
 from sjdbench.identity import SCHEMA, family, label, run_id_for
 from sjdbench.machine import apply_threads, load_1m, snapshot
@@ -161,7 +162,9 @@ class TimedDecode:
     machine: dict  # machine.snapshot(): load, CPUs, threads, busy, CPU/GPU model
 
 
-def timed_decode(adapter: Any, prompt_text: str, decoder: Decoder, sampling: Sampling, seed: int, device: str) -> TimedDecode:
+def timed_decode(
+    adapter: Any, prompt_text: str, decoder: Decoder, sampling: Sampling, seed: int, device: str
+) -> TimedDecode:
     """The one timed decode: `run`, `sweep` and `make bench` all measure latency through it."""
     generator = torch.Generator(device).manual_seed(seed)
     load_before = load_1m()
@@ -200,9 +203,16 @@ class RunWriter:
         spec = decoder_spec(config)
         self.decoder = spec.build(adapter)
         self.sampling = resolve_sampling(adapter.default_sampling, config.sampling)
-        check_sampling(asdict(self.sampling), "sampling.", len(adapter.image_token_ids))  # models without a pre-load count
-        resolved = {"sampling": asdict(self.sampling), "weights": plan_.weights, "decoder_spec": spec.identity(),
-                    "schema": SCHEMA, **resolved_settings(self.decoder)}
+        check_sampling(
+            asdict(self.sampling), "sampling.", len(adapter.image_token_ids)
+        )  # models without a pre-load count
+        resolved = {
+            "sampling": asdict(self.sampling),
+            "weights": plan_.weights,
+            "decoder_spec": spec.identity(),
+            "schema": SCHEMA,
+            **resolved_settings(self.decoder),
+        }
         self.store.prepare(to_yaml(config), {**environment(plan_.device), "prompts_sha": plan_.sha, **resolved})
 
     @property
@@ -212,8 +222,13 @@ class RunWriter:
     def warmup(self) -> None:
         """Untimed decodes: first-call allocations and lazy initialisation stay out of the latencies."""
         for i in range(self.plan.config.warmup if self.todo else 0):
-            jacobi_decode(self.adapter, self.todo[0][0].text, self.decoder, self.sampling,
-                          torch.Generator(self.plan.device).manual_seed(i))
+            jacobi_decode(
+                self.adapter,
+                self.todo[0][0].text,
+                self.decoder,
+                self.sampling,
+                torch.Generator(self.plan.device).manual_seed(i),
+            )
 
     def decode(self, prompt: Prompt, sample: int) -> dict:
         config, device = self.plan.config, self.plan.device
@@ -222,7 +237,9 @@ class RunWriter:
             timed = timed_decode(self.adapter, prompt.text, self.decoder, self.sampling, seed, device)
         except NonFiniteLogits as error:
             shown = prompt.text if len(prompt.text) <= 40 else prompt.text[:39] + "…"
-            raise NonFiniteLogits(error.position, f"{prompt.prompt_id} ('{shown}') sample {sample} of run {self.plan.run_id}") from None
+            raise NonFiniteLogits(
+                error.position, f"{prompt.prompt_id} ('{shown}') sample {sample} of run {self.plan.run_id}"
+            ) from None
         result = timed.result
         image_name = f"{prompt.prompt_id:06d}_{sample}.png"
         if config.save_images:
@@ -289,8 +306,14 @@ def new_timing(mode: str) -> dict:
     return {"mode": mode, "session": uuid.uuid4().hex[:12]}
 
 
-def execute_runs(plans: list[RunPlan], adapter: Any = None, reporter: Optional[Reporter] = None,
-                 timing_mode: str = "single", limit_new: Optional[int] = None, keep_going: bool = False) -> list[RunOutcome]:
+def execute_runs(
+    plans: list[RunPlan],
+    adapter: Any = None,
+    reporter: Optional[Reporter] = None,
+    timing_mode: str = "single",
+    limit_new: Optional[int] = None,
+    keep_going: bool = False,
+) -> list[RunOutcome]:
     """Run (or resume) runs of one model: their missing samples decoded prompt by prompt, each
     prompt by every run in turn (paired timing), under each run's write lock.
 
@@ -312,7 +335,9 @@ def execute_runs(plans: list[RunPlan], adapter: Any = None, reporter: Optional[R
             reporter.sample_done(sum(w.done for w in writers), total, None)
             for writer in writers:
                 writer.warmup()
-            order = sorted({key for w in writers for key in w.todo}, key=lambda k: (k[0].prompt_id, k[1]))  # prompt by prompt
+            order = sorted(
+                {key for w in writers for key in w.todo}, key=lambda k: (k[0].prompt_id, k[1])
+            )  # prompt by prompt
             todo = [set(w.todo) for w in writers]
             failed: dict[int, str] = {}
             new = 0
@@ -348,7 +373,8 @@ def wanted_keys(plan_: RunPlan) -> set[tuple[int, int]]:
     return {(p.prompt_id, s) for p, s in plan_.wanted}
 
 
-def execute(config: RunConfig, progress: Optional[Reporter] = None, adapter: Any = None,
-            limit_new: Optional[int] = None) -> RunOutcome:
+def execute(
+    config: RunConfig, progress: Optional[Reporter] = None, adapter: Any = None, limit_new: Optional[int] = None
+) -> RunOutcome:
     """Run (or resume) one configuration on its own (timing mode `single`)."""
     return execute_runs([preflight(config)], adapter, progress, "single", limit_new)[0]

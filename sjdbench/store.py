@@ -17,6 +17,7 @@ Nothing is ever lost or glued together:
 Shards append to their own `samples.<i>of<n>.jsonl`; readers merge all sample files by
 (prompt_id, sample), first write wins.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,9 +55,14 @@ def describe_os_error(error: OSError, path: Path) -> str:
     code = error.errno
     reason = error.strerror or type(error).__name__
     if code in (errno.ENOSPC, errno.EDQUOT):
-        fix = "free some space (or set results_dir elsewhere), then re-run the same command to resume; finished samples are saved"
+        fix = (
+            "free some space (or set results_dir elsewhere), then re-run the same command to resume; "
+            "finished samples are saved"
+        )
     elif code == errno.EFBIG:
-        fix = "raise the file size limit (ulimit -f), then re-run the same command to resume; finished samples are saved"
+        fix = (
+            "raise the file size limit (ulimit -f), then re-run the same command to resume; finished samples are saved"
+        )
     elif code in (errno.EROFS, errno.EACCES, errno.EPERM):
         fix = "choose a writable results_dir (results_dir=DIR or $SJDBENCH_RESULTS)"
     elif code in (errno.ENOTDIR, errno.EEXIST):
@@ -192,8 +198,10 @@ def _newer_schema(path: Path) -> int | None:
 def refuse_newer(path: Path, what: str) -> None:
     schema = _newer_schema(path)
     if schema is not None:
-        raise UserError(f"{what} was written by a newer sjdbench (schema {schema}; this one reads up to {_schema()}); "
-                        "upgrade sjdbench (pip install -U sjdbench) or choose another results_dir")
+        raise UserError(
+            f"{what} was written by a newer sjdbench (schema {schema}; this one reads up to {_schema()}); "
+            "upgrade sjdbench (pip install -U sjdbench) or choose another results_dir"
+        )
 
 
 def _writable(folder: Path) -> bool:
@@ -214,8 +222,10 @@ def check_results_root(root: Path) -> None:
         where = "is a file" if probe == root else f"is under {probe}, which is a file"
         raise UserError(f"results_dir {root} {where}, not a folder; choose another results_dir (results_dir=DIR)")
     if not _writable(probe):
-        raise UserError(f"results_dir {root} is not writable ({probe} is read-only for this user); "
-                        "choose a writable results_dir (results_dir=DIR or $SJDBENCH_RESULTS)")
+        raise UserError(
+            f"results_dir {root} is not writable ({probe} is read-only for this user); "
+            "choose a writable results_dir (results_dir=DIR or $SJDBENCH_RESULTS)"
+        )
     refuse_newer(root / MARKER, f"results_dir {root}")
 
 
@@ -278,7 +288,7 @@ class RunStore:
             refuse_newer(self.dir / name, f"run {self.run_id}")
 
     @contextlib.contextmanager
-    def writer(self) -> Iterator["RunStore"]:
+    def writer(self) -> Iterator[RunStore]:
         """Hold the run's write lock; refuse with one line if another process holds it. On entry a
         torn last line (from a killed writer) is truncated, so appends never glue onto it."""
         self.check_schema()
@@ -287,9 +297,11 @@ class RunStore:
                 holder = ""
                 with contextlib.suppress(OSError):
                     holder = self.lock_path.read_text().strip()
-                raise UserError(f"run {self.run_id} is being written by another sjdbench process"
-                                f"{f' ({holder})' if holder else ''}; wait for it to finish (re-running then resumes "
-                                "anything left), or give this run another results_dir")
+                raise UserError(
+                    f"run {self.run_id} is being written by another sjdbench process"
+                    f"{f' ({holder})' if holder else ''}; wait for it to finish (re-running then resumes "
+                    "anything left), or give this run another results_dir"
+                )
             truncate_torn_tail(self.samples_path)
             yield self
 
@@ -370,7 +382,7 @@ def environment(device: str, dtype: str = "float32") -> dict:
     return info
 
 
-def load_runs(root: Path) -> "pd.DataFrame":  # noqa: F821
+def load_runs(root: Path) -> pd.DataFrame:  # noqa: F821
     """One row per run with its summary (complete or not); for reports and sweeps."""
     import pandas as pd
 

@@ -6,6 +6,7 @@ recorded its machine state, and `timing_modes` counts rows per timing mode (`sin
 decoded on its own; `paired`: interleaved prompt by prompt with the runs it is compared with, so
 ratios between them come from the same machine state).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -46,7 +47,9 @@ def summarize(rows: list[dict]) -> dict:
         "growth_precision": _ratio(total("growth_flagged_accepted"), total("growth_flagged_verified")),
         "growth_share_at_verify": _ratio(total("verify_grew_accepted"), total("verify_eligible_accepted")),
         "accept_len_hist": _pooled_list(rows, "accept_len_hist"),
-        "slot_acceptance": [_ratio(a, v) for a, v in zip(_pooled_list(rows, "slot_accepted"), _pooled_list(rows, "slot_verified"))],
+        "slot_acceptance": [
+            _ratio(a, v) for a, v in zip(_pooled_list(rows, "slot_accepted"), _pooled_list(rows, "slot_verified"))
+        ],
         **latency_trust(rows),
     }
 

@@ -17,6 +17,7 @@ runs one run after another (the default for submitit and Ray, whose jobs are sep
 paired group is one job on every executor. `latency_comparisons` pairs rows by timing session and
 says when a ratio is not paired.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -113,9 +114,11 @@ def split_sweep_settings(words: list[str]) -> tuple[list[str], dict[str, str]]:
     for word in words:
         key, eq, value = word.partition("=")
         if eq and key.startswith("sweep."):
-            name = key[len("sweep."):]
+            name = key[len("sweep.") :]
             if name != "timing":
-                raise UserError(f"unknown sweep setting {key}; the one setting is sweep.timing=<{'|'.join(TIMING_MODES)}>")
+                raise UserError(
+                    f"unknown sweep setting {key}; the one setting is sweep.timing=<{'|'.join(TIMING_MODES)}>"
+                )
             if value not in TIMING_MODES:
                 raise UserError(f"unknown sweep.timing '{value}'; choose one of: {', '.join(TIMING_MODES)}")
             settings[name] = value
@@ -154,8 +157,10 @@ def parse_words(words: list[str]) -> tuple[dict[str, list[str]], list[str]]:
         key = word.partition("=")[0]
         if isinstance(override.value(), list) and key.lstrip("+") in available_groups():
             several = word.partition("=")[2].strip("[]")
-            raise UserError(f"{word}: a list picks one config group several times; to sweep over them write "
-                            f"{key.lstrip('+')}={several} (no brackets)")
+            raise UserError(
+                f"{word}: a list picks one config group several times; to sweep over them write "
+                f"{key.lstrip('+')}={several} (no brackets)"
+            )
         if not override.is_sweep_override():
             grid.pop(key, None)
             fixed[key] = word.partition("=")[2]
@@ -266,14 +271,22 @@ def _model_key(config: RunConfig) -> str:
 
 def _pair_key(config: RunConfig) -> str:
     """Runs compared with each other: same model, device, prompt selection, seed and sampling."""
-    return yaml.safe_dump({
-        "model": _model_key(config), "data": dataclasses.asdict(config.data), "seed": config.seed,
-        "samples_per_prompt": config.samples_per_prompt, "sampling": dataclasses.asdict(config.sampling),
-        "threads": config.threads, "results": str(results_root(config)),
-    })
+    return yaml.safe_dump(
+        {
+            "model": _model_key(config),
+            "data": dataclasses.asdict(config.data),
+            "seed": config.seed,
+            "samples_per_prompt": config.samples_per_prompt,
+            "sampling": dataclasses.asdict(config.sampling),
+            "threads": config.threads,
+            "results": str(results_root(config)),
+        }
+    )
 
 
-def run_group(configs: list[RunConfig], timing: str, adapters: dict, reporter: Optional[Reporter] = None) -> list[RunOutcome]:
+def run_group(
+    configs: list[RunConfig], timing: str, adapters: dict, reporter: Optional[Reporter] = None
+) -> list[RunOutcome]:
     """Runs of one model: paired (interleaved prompt by prompt) or one after another. `adapters`
     caches loaded models by model key across groups; a failed run never stops the others."""
     plans = [preflight(config) for config in configs]
@@ -295,7 +308,9 @@ def run_group(configs: list[RunConfig], timing: str, adapters: dict, reporter: O
             outcomes += execute_runs([plan_], adapter, reporter, timing_mode="single")
         except Exception as error:  # noqa: BLE001 - record and go on with the sweep
             log.debug("run %s failed:\n%s", plan_.run_id, traceback.format_exc())
-            outcomes.append(RunOutcome(plan_.run_id, str(plan_.store().dir), "failed", {}, 0, f"{type(error).__name__}: {error}"))
+            outcomes.append(
+                RunOutcome(plan_.run_id, str(plan_.store().dir), "failed", {}, 0, f"{type(error).__name__}: {error}")
+            )
     return outcomes
 
 
@@ -328,7 +343,10 @@ def _job_results(job: list[GridPoint], outcomes: list[dict], seconds: float) -> 
     for point, outcome in zip(job, outcomes):
         error = outcome.get("error")
         if outcome.get("run_id") and outcome["run_id"] != point.run_id:  # the worker resolved something else
-            error = f"ran as {outcome['run_id']}, not the planned {point.run_id} (the worker resolved the device or weights differently)"
+            error = (
+                f"ran as {outcome['run_id']}, not the planned {point.run_id} "
+                "(the worker resolved the device or weights differently)"
+            )
             results.append(PointResult(point.run_id, "failed", error, seconds))
         else:
             results.append(PointResult(point.run_id, outcome["status"], error, seconds))
@@ -342,7 +360,9 @@ def _failed(job: list[GridPoint], error: BaseException | str, seconds: float = 0
     return [PointResult(point.run_id, "failed", error, seconds) for point in job]
 
 
-def run_local(jobs: list[list[GridPoint]], tick: Tick, timing: str, reporter: Optional[Reporter] = None) -> list[PointResult]:
+def run_local(
+    jobs: list[list[GridPoint]], tick: Tick, timing: str, reporter: Optional[Reporter] = None
+) -> list[PointResult]:
     """Jobs in this process, one model loaded at a time; a failure never stops the rest."""
     results, adapters = [], {}
     for job in jobs:
@@ -363,8 +383,10 @@ def check_slurm(partition: Optional[str]) -> None:
     """Refuse (one line) when no Slurm answers here, or the partition does not exist."""
     missing = [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
     if missing:
-        raise UserError(f"no Slurm reachable from this machine ({' and '.join(missing)} not found); run here with "
-                        "--executor local, or test the job array with --executor submitit --cluster local")
+        raise UserError(
+            f"no Slurm reachable from this machine ({' and '.join(missing)} not found); run here with "
+            "--executor local, or test the job array with --executor submitit --cluster local"
+        )
     if shutil.which("sinfo") is None:
         return
     try:
@@ -382,10 +404,15 @@ def check_slurm(partition: Optional[str]) -> None:
 def submitit_parameters(cluster: str, slurm: dict) -> dict:
     """What reaches each job: the time limit and GPUs per job everywhere (local jobs get
     CUDA_VISIBLE_DEVICES), plus partition, CPUs and array parallelism on Slurm."""
-    params = {"timeout_min": slurm.get("timeout_min", 240), "gpus_per_node": slurm.get("gpus_per_task", 1),
-              "tasks_per_node": 1}
+    params = {
+        "timeout_min": slurm.get("timeout_min", 240),
+        "gpus_per_node": slurm.get("gpus_per_task", 1),
+        "tasks_per_node": 1,
+    }
     if cluster == "slurm":
-        params.update(slurm_array_parallelism=slurm.get("array_parallelism", 64), cpus_per_task=slurm.get("cpus_per_task", 8))
+        params.update(
+            slurm_array_parallelism=slurm.get("array_parallelism", 64), cpus_per_task=slurm.get("cpus_per_task", 8)
+        )
         if slurm.get("partition"):
             params["slurm_partition"] = slurm["partition"]
     return params
@@ -404,7 +431,9 @@ def submitit_executor(folder: Path, cluster: Optional[str], slurm: dict):
     if cluster == "slurm":
         check_slurm(slurm.get("partition"))
     elif slurm.get("partition"):
-        raise UserError(f"--partition is a Slurm setting; with --cluster {cluster} the jobs run on this machine (drop --partition)")
+        raise UserError(
+            f"--partition is a Slurm setting; with --cluster {cluster} the jobs run on this machine (drop --partition)"
+        )
     executor = submitit.AutoExecutor(folder=str(folder / "submitit" / "%j"), cluster=cluster)
     executor.update_parameters(**submitit_parameters(cluster, slurm))
     return executor
@@ -441,8 +470,10 @@ def run_ray(jobs: list[list[GridPoint]], tick: Tick, gpus_per_task: float, timin
         ray.init(log_to_driver=False)
     available = ray.cluster_resources().get("GPU", 0)
     if gpus_per_task > available:
-        raise UserError(f"--gpus-per-task {gpus_per_task:g} but the Ray cluster has {available:g} GPU(s); "
-                        "pass --gpus-per-task 0 for CPU runs")
+        raise UserError(
+            f"--gpus-per-task {gpus_per_task:g} but the Ray cluster has {available:g} GPU(s); "
+            "pass --gpus-per-task 0 for CPU runs"
+        )
     remote = ray.remote(num_gpus=gpus_per_task)(run_job)
     pending = {remote.remote(job_words(job), timing): job for job in jobs}
     results = []
@@ -487,8 +518,15 @@ def default_timing(executor: str) -> str:
     return "paired" if executor == "local" else "single"
 
 
-def execute_sweep(sweep: SweepPlan, executor: str = "local", tick: Tick | None = None, cluster: Optional[str] = None,
-                  slurm: dict | None = None, timing: Optional[str] = None, reporter: Optional[Reporter] = None) -> list[PointResult]:
+def execute_sweep(
+    sweep: SweepPlan,
+    executor: str = "local",
+    tick: Tick | None = None,
+    cluster: Optional[str] = None,
+    slurm: dict | None = None,
+    timing: Optional[str] = None,
+    reporter: Optional[Reporter] = None,
+) -> list[PointResult]:
     """Run every point not already done; record outcomes in the sweep folder's status.json and the
     latency comparisons in latency.json. `reporter` hears the progress of local runs."""
     if executor not in EXECUTORS:

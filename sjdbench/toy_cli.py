@@ -1,4 +1,5 @@
 """`sjdbench toy ...`: train the embedded toy model and its toy CLIP, and measure the toy's regime."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +9,9 @@ import typer
 
 from sjdbench.errors import UserError
 
-toy_app = typer.Typer(help="The embedded toy model: training and calibration.", no_args_is_help=True, add_completion=False)
+toy_app = typer.Typer(
+    help="The embedded toy model: training and calibration.", no_args_is_help=True, add_completion=False
+)
 
 
 def _fail(message: str) -> None:
@@ -19,16 +22,23 @@ def _fail(message: str) -> None:
 
 @toy_app.command("train")
 def train(
-    out: Optional[Path] = typer.Option(None, "--out", help="output dir (default: ./toy_weights; then run with "
-                                       "model.options.weights_dir=DIR)"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="allow --out to be the shipped weights dir (replaces them)"),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="output dir (default: ./toy_weights; then run with model.options.weights_dir=DIR)"
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="allow --out to be the shipped weights dir (replaces them)"
+    ),
     steps: Optional[int] = typer.Option(None, "--steps", help="optimizer steps (default: the shipped run's count)"),
-    minutes: Optional[float] = typer.Option(None, "--minutes", help="time budget instead of --steps (steps fixed after timing the first ones)"),
+    minutes: Optional[float] = typer.Option(
+        None, "--minutes", help="time budget instead of --steps (steps fixed after timing the first ones)"
+    ),
     seed: int = typer.Option(0, "--seed"),
     threads: int = typer.Option(2, "--threads"),
     resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from the checkpoint if one exists"),
     row_end_token: bool = typer.Option(True, "--row-end-token/--no-row-end-token", help="forced <eol> after each row"),
-    precision: str = typer.Option("bf16", "--precision", help="bf16 (autocast matmuls; 1.5x faster on CPUs with AMX) or fp32"),
+    precision: str = typer.Option(
+        "bf16", "--precision", help="bf16 (autocast matmuls; 1.5x faster on CPUs with AMX) or fp32"
+    ),
     device: str = typer.Option("auto", "--device", help="auto (cuda when visible), cpu, cuda"),
 ) -> None:
     """Train the toy transformer (tokenizer fit, dataset encoding, training, export): about 40 minutes
@@ -40,8 +50,19 @@ def train(
     if steps is None and minutes is None:
         steps = SHIPPED_STEPS
     try:
-        train_toy(out, steps=steps, seed=seed, threads=threads, resume=resume, minutes=minutes, row_end_token=row_end_token,
-                  precision=precision, device=device, log=typer.echo, overwrite=overwrite)
+        train_toy(
+            out,
+            steps=steps,
+            seed=seed,
+            threads=threads,
+            resume=resume,
+            minutes=minutes,
+            row_end_token=row_end_token,
+            precision=precision,
+            device=device,
+            log=typer.echo,
+            overwrite=overwrite,
+        )
     except (ValueError, FileNotFoundError, OSError) as exc:
         _fail(str(exc))
 
@@ -49,7 +70,9 @@ def train(
 @toy_app.command("train-clip")
 def train_clip(
     out: Optional[Path] = typer.Option(None, "--out", help="output dir (default: ./toy_weights)"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="allow --out to be the shipped weights dir (replaces the toy CLIP)"),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="allow --out to be the shipped weights dir (replaces the toy CLIP)"
+    ),
     minutes: float = typer.Option(6.0, "--minutes", help="time budget"),
     steps: Optional[int] = typer.Option(None, "--steps", help="fixed step count instead of the time budget"),
     seed: int = typer.Option(0, "--seed"),
@@ -64,7 +87,10 @@ def train_clip(
 
     out = out or DEFAULT_OUT
     if out.resolve() == WEIGHTS_DIR.resolve() and not overwrite:
-        _fail(f"{out} holds the shipped toy CLIP; train into another folder (--out DIR), or pass --overwrite to replace it")
+        _fail(
+            f"{out} holds the shipped toy CLIP; train into another folder (--out DIR), "
+            "or pass --overwrite to replace it"
+        )
     try:
         train_toy_clip(out, minutes=minutes, steps=steps, seed=seed, threads=threads, device=device, log=typer.echo)
         publish(out / CLIP_FILE)
@@ -77,14 +103,21 @@ def train_clip(
 def calibrate(
     weights: Optional[Path] = typer.Option(None, "--weights", help="weights dir (default: the shipped weights)"),
     n: int = typer.Option(16, "--n", help="held-out captions"),
-    n_objects: int = typer.Option(64, "--n-objects", help="AR samples for the object finder (are the captioned shapes drawn?)"),
+    n_objects: int = typer.Option(
+        64, "--n-objects", help="AR samples for the object finder (are the captioned shapes drawn?)"
+    ),
     top_k: Optional[int] = typer.Option(None, "--top-k"),
     cfg_scale: Optional[float] = typer.Option(None, "--cfg"),
     png: Optional[Path] = typer.Option(None, "--png", help="write a captioned grid of AR samples"),
     out: Optional[Path] = typer.Option(None, "--out", help="write the numbers as JSON"),
-    knobs: bool = typer.Option(False, "--knobs", help="instead: SJD W=16 and drawn objects under each sampling knob of docs/TOY.md"),
-    results_dir: Optional[Path] = typer.Option(None, "--results-dir", help="where the runner stores the calibration's runs "
-                                               "(default: $SJDBENCH_CACHE/toy-calibration; resumable)"),
+    knobs: bool = typer.Option(
+        False, "--knobs", help="instead: SJD W=16 and drawn objects under each sampling knob of docs/TOY.md"
+    ),
+    results_dir: Optional[Path] = typer.Option(
+        None,
+        "--results-dir",
+        help="where the runner stores the calibration's runs (default: $SJDBENCH_CACHE/toy-calibration; resumable)",
+    ),
 ) -> None:
     """Measure SJD step compression, context sensitivity, toy CLIP-Score and drawn objects on held-out captions."""
     import json
@@ -97,7 +130,9 @@ def calibrate(
         if knobs:
             res = knob_sweep(weights, n=n, results_dir=results_dir)
         else:
-            res = run(weights, n=n, png=str(png) if png else None, n_objects=n_objects, results_dir=results_dir, **sampling)
+            res = run(
+                weights, n=n, png=str(png) if png else None, n_objects=n_objects, results_dir=results_dir, **sampling
+            )
     except (ValueError, FileNotFoundError, OSError, UserError) as exc:
         _fail(str(exc))
     text = json.dumps(res, indent=2)

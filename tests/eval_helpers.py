@@ -1,4 +1,5 @@
 """Shared helpers for the evaluation tests: synthetic runs and a custom feature module."""
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,14 @@ def constant_image(index: int, size: tuple[int, int] = (32, 48)) -> np.ndarray:
     return image
 
 
-def synthetic_run(root: Path, run_id: str, indices: list[int], overrides: list[str] = (), texts: list[str] | None = None,
-                  size: tuple[int, int] = (32, 48)) -> RunView:
+def synthetic_run(
+    root: Path,
+    run_id: str,
+    indices: list[int],
+    overrides: list[str] = (),
+    texts: list[str] | None = None,
+    size: tuple[int, int] = (32, 48),
+) -> RunView:
     """A complete run on disk (config.yaml, env.json, samples.jsonl, summary.json) of constant
     images: image k has red channel indices[k]."""
     from sjdbench.config import to_yaml
@@ -68,7 +75,10 @@ def synthetic_run(root: Path, run_id: str, indices: list[int], overrides: list[s
     (run_dir / "env.json").write_text(json.dumps({"prompts_sha": sha, "device": "cpu", "weights": None}))
     for k, index in enumerate(indices):
         save_png(run_dir / "images" / f"{k:06d}_0.png", constant_image(index, size))
-        append_jsonl(run_dir / "samples.jsonl", {"prompt_id": k, "sample": 0, "prompt": texts[k], "image": f"images/{k:06d}_0.png"})
+        append_jsonl(
+            run_dir / "samples.jsonl",
+            {"prompt_id": k, "sample": 0, "prompt": texts[k], "image": f"images/{k:06d}_0.png"},
+        )
     summary = {"complete": True, "decoder": "sjd", "decoder_family": "sjd", "n_samples": len(indices), "seed": 0}
     (run_dir / "summary.json").write_text(json.dumps(summary))
     return open_run(run_dir)

@@ -1,12 +1,19 @@
 """Tiny tokenizers and random weights for the transformers-backed model tests (offline: nothing is
 downloaded; the tokenizer is a character-level WordLevel model built in memory)."""
+
 from __future__ import annotations
 
 import torch
 
 
-def char_tokenizer(specials: list[str], bos: str, pad: str, extra: dict[str, str] | None = None,
-                   size: int | None = None, eos: str | None = None):
+def char_tokenizer(
+    specials: list[str],
+    bos: str,
+    pad: str,
+    extra: dict[str, str] | None = None,
+    size: int | None = None,
+    eos: str | None = None,
+):
     """A fast tokenizer: the special tokens, then one id per printable ASCII character (padded with
     filler tokens up to `size` ids). Like the real checkpoints' tokenizers, BOS is prepended, or, when
     `eos` is given (T5), EOS is appended instead."""
@@ -24,8 +31,14 @@ def char_tokenizer(specials: list[str], bos: str, pad: str, extra: dict[str, str
         model.post_processor = processors.TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, vocab[bos])])
     else:
         model.post_processor = processors.TemplateProcessing(single=f"$A {eos}", special_tokens=[(eos, vocab[eos])])
-    return PreTrainedTokenizerFast(tokenizer_object=model, bos_token=bos, pad_token=pad, unk_token="<unk>",
-                                   eos_token=eos, extra_special_tokens=extra or {})
+    return PreTrainedTokenizerFast(
+        tokenizer_object=model,
+        bos_token=bos,
+        pad_token=pad,
+        unk_token="<unk>",
+        eos_token=eos,
+        extra_special_tokens=extra or {},
+    )
 
 
 def spread_weights(model: torch.nn.Module, std: float = 0.3, seed: int = 0) -> torch.nn.Module:

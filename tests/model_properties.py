@@ -1,5 +1,6 @@
 """Properties every real-model adapter must have, checked on tiny random-weight configurations of the
 same architectures (the adapter contract in sjdbench/adapter.py). Used by tests/test_<model>.py."""
+
 from __future__ import annotations
 
 from dataclasses import replace

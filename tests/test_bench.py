@@ -1,5 +1,6 @@
 """`make bench` runs: the benchmark script decodes through the runner's timed decode and prints every
 table it promises (its timings are not checked: they belong to the machine, not to the code)."""
+
 import os
 import subprocess
 import sys
@@ -9,9 +10,25 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_decoders.py
 
 
 def test_bench_script_runs_and_prints_latency_overhead_and_window_cost():
-    args = [sys.executable, str(SCRIPT), "--model", "debug", "--decoders", "sjd", "lantern", "--windows", "3", "5",
-            "--prompts", "2", "--overhead-prompts", "1"]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    args = [
+        sys.executable,
+        str(SCRIPT),
+        "--model",
+        "debug",
+        "--decoders",
+        "sjd",
+        "lantern",
+        "--windows",
+        "3",
+        "5",
+        "--prompts",
+        "2",
+        "--overhead-prompts",
+        "1",
+    ]
+    result = subprocess.run(
+        args, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("# model=debug prompts=2 tokens/image=72 device=cpu threads=1")

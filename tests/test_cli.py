@@ -1,4 +1,5 @@
 """The command line through typer's CliRunner."""
+
 from typer.testing import CliRunner
 
 from sjdbench.cli import app
@@ -21,7 +22,14 @@ def test_list_groups_and_one_group():
 
 
 def test_run_prints_a_summary_table(tmp_path):
-    args = ["run", "model=debug", "model.options.grid_h=4", "model.options.grid_w=4", "data.limit=2", f"results_dir={tmp_path}"]
+    args = [
+        "run",
+        "model=debug",
+        "model.options.grid_h=4",
+        "model.options.grid_w=4",
+        "data.limit=2",
+        f"results_dir={tmp_path}",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "step x" in result.output and "accept" in result.output and "NFE" in result.output

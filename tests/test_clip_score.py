@@ -1,23 +1,27 @@
 """CLIP-Score through sjdbench equals a hand computation on a tiny random open_clip model loaded
 from a local weights file; its protocol is recorded; missing real weights fail at once."""
+
 import time
 
+import eval_helpers as helpers
 import numpy as np
 import open_clip
 import pytest
 import torch
 from PIL import Image
 
-import eval_helpers as helpers
 from sjdbench.errors import UserError
 from sjdbench.evaluate import score_run
 from sjdbench.evaluators.clip_score import resolve_weights
 from sjdbench.evaluators.settings import compose_eval
 
 MODEL = "ViT-B-32-quickgelu"
-TINY = {"embed_dim": 16, "quick_gelu": True,
-        "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16},
-        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1}}
+TINY = {
+    "embed_dim": 16,
+    "quick_gelu": True,
+    "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
+}
 LONG = "a very long prompt " + " ".join(f"word{i}" for i in range(90))  # more than 77 BPE tokens
 TEXTS = ["a red circle", "two cats on a sofa", LONG, "a bus in the rain", "a kite"]
 
@@ -71,8 +75,17 @@ def test_clip_score_equals_the_hand_computation(run, tiny_weights):
 
 
 def test_lantern_scale_uses_the_prefix_and_the_raw_cosine(run, tiny_weights):
-    doc = score_run(run, "clip_score", settings(tiny_weights, "eval=lantern", f"eval.clip.pretrained={tiny_weights}",
-                                               f"eval.clip.model={MODEL}", "eval.clip.image_resize=none")).doc
+    doc = score_run(
+        run,
+        "clip_score",
+        settings(
+            tiny_weights,
+            "eval=lantern",
+            f"eval.clip.pretrained={tiny_weights}",
+            f"eval.clip.model={MODEL}",
+            "eval.clip.image_resize=none",
+        ),
+    ).doc
     images = [np.asarray(Image.open(s.image)) for s in run.samples]
     cosines = hand_cosines(tiny_weights, TEXTS, images, prefix="A photo depicts ")
     assert doc["value"] == pytest.approx(cosines.mean(), abs=1e-5)

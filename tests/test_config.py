@@ -1,5 +1,6 @@
 """Every config composes; bad input fails with one clear line; run ids and labels follow the decoder
 that was actually built."""
+
 import dataclasses
 import textwrap
 
@@ -17,7 +18,9 @@ def run_id(*overrides: str) -> str:
 
 
 def test_groups_present():
-    assert {"model", "decoder", "data", "decoder/proposal", "decoder/verifier", "decoder/init"} <= set(available_groups())
+    assert {"model", "decoder", "data", "decoder/proposal", "decoder/verifier", "decoder/init"} <= set(
+        available_groups()
+    )
 
 
 @pytest.mark.parametrize("decoder", group_choices("decoder"))
@@ -86,9 +89,15 @@ def test_a_part_is_chosen_with_either_spelling():
         (["decoder=sjd_vp", "decoder.proposal.fusion=both"], "decoder.proposal.fusion 'both' is unknown"),
         (["decoder=sjd_vp", "decoder.proposal.inner=foo"], "unknown decoder.proposal.inner 'foo'"),
         (["decoder.lantern.k=5"], "decoder.lantern.k is no longer a key"),
-        (["decoder=sjd,sjd_vp"], "one run has one decoder; to run several, sweep over them: sjdbench sweep decoder=sjd,sjd_vp"),
+        (
+            ["decoder=sjd,sjd_vp"],
+            "one run has one decoder; to run several, sweep over them: sjdbench sweep decoder=sjd,sjd_vp",
+        ),
         (["decoder=[sjd,sjd_vp]"], "sweep over them: sjdbench sweep decoder=sjd,sjd_vp"),
-        (["decoder.window=16,32"], "`run` takes one value per key; to run several, use sjdbench sweep decoder.window=16,32"),
+        (
+            ["decoder.window=16,32"],
+            "`run` takes one value per key; to run several, use sjdbench sweep decoder.window=16,32",
+        ),
         (["decoder.window==3"], "'decoder.window==3' has two '='; write decoder.window=3"),
         (["sampling.temperature=-1"], "sampling.temperature must be >= 0 (0 = greedy), got -1.0"),
         (["sampling.top_p=2"], "sampling.top_p must be in (0, 1] (1 = off), got 2.0"),
@@ -137,8 +146,10 @@ def test_knobs_the_decoder_does_not_read_do_not_split_runs():
     assert run_id("decoder=lantern", "decoder.window=1") == run_id("decoder=ar")
     noted = decoder_spec(compose_run(["decoder=sjd_vp", "decoder.proposal.fusion=none", "decoder.proposal.lam=0.3"]))
     assert any("decoder.proposal.lam does nothing" in note for note in noted.unused_settings())
-    assert any("does nothing at window=1" in note
-               for note in decoder_spec(compose_run(["decoder=lantern", "decoder.window=1"])).unused_settings())
+    assert any(
+        "does nothing at window=1" in note
+        for note in decoder_spec(compose_run(["decoder=lantern", "decoder.window=1"])).unused_settings()
+    )
 
 
 def test_a_new_knob_rekeys_only_the_decoders_that_use_its_part(monkeypatch):
@@ -161,9 +172,14 @@ def test_a_new_knob_rekeys_only_the_decoders_that_use_its_part(monkeypatch):
 
 def test_labels_name_the_knobs_that_differ_from_the_preset():
     assert label(compose_run(["decoder=sjd_vp"])) == "sjd_vp"
-    assert label(compose_run(["decoder=sjd_vp", "decoder.growth_steps=2", "decoder.proposal.lam=0.25"])) == "sjd_vp(N=2,λ=.25)"
-    assert label(compose_run(["decoder=gsd", "decoder.verifier.reading=ours", "decoder.verifier.group_size=25"])) \
+    assert (
+        label(compose_run(["decoder=sjd_vp", "decoder.growth_steps=2", "decoder.proposal.lam=0.25"]))
+        == "sjd_vp(N=2,λ=.25)"
+    )
+    assert (
+        label(compose_run(["decoder=gsd", "decoder.verifier.reading=ours", "decoder.verifier.group_size=25"]))
         == "gsd(reading=ours,G=25)"
+    )
     assert label(compose_run(["decoder=sjd_pp", "decoder/proposal=vp"])) == "sjd_pp+vp"
     assert label(compose_run(["decoder=sjd_vp", "decoder.proposal.inner=coupled"])) == "sjd_vp(inner=coupled)"
     assert label(compose_run(["decoder=lantern", "decoder.verifier.delta=0.2"])) == "lantern(δ=.2)"
@@ -223,18 +239,31 @@ def test_a_new_part_is_one_file_plus_one_yaml(tmp_path, monkeypatch):
     (tmp_path / "code" / "threshold_rule.py").write_text(THROWAWAY)
     conf = tmp_path / "conf" / "decoder" / "verifier"
     conf.mkdir(parents=True)
-    (conf / "threshold.yaml").write_text(textwrap.dedent("""\
+    (conf / "threshold.yaml").write_text(
+        textwrap.dedent("""\
         # Verifier `threshold` (a test): accept iff p(d) >= threshold.
         _target_: threshold_rule.ThresholdVerifier
         name: threshold
         threshold: 0.2
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path / "code"))
     monkeypatch.setenv("SJDBENCH_CONFIG_PATH", str(tmp_path / "conf"))
     assert "threshold" in group_choices("decoder/verifier")
-    config = compose_run(["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "decoder=sjd",
-                          "decoder/verifier=threshold", "decoder.verifier.threshold=0.05", "data=smoke", "data.limit=2",
-                          f"results_dir={tmp_path / 'results'}", "warmup=0"])
+    config = compose_run(
+        [
+            "model=debug",
+            "model.options.grid_h=3",
+            "model.options.grid_w=3",
+            "decoder=sjd",
+            "decoder/verifier=threshold",
+            "decoder.verifier.threshold=0.05",
+            "data=smoke",
+            "data.limit=2",
+            f"results_dir={tmp_path / 'results'}",
+            "warmup=0",
+        ]
+    )
     assert label(config) == "sjd+threshold(threshold=.05)"
     outcome = execute(config)
     assert outcome.status == "finished" and outcome.summary["n_samples"] == 2

@@ -1,19 +1,29 @@
 """Every dependency pyproject.toml declares is used: imported by sjdbench, or needed by a named call
 of ours into a library that loads it (checked by looking for that call in our code)."""
+
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # distribution name -> the module it provides (where the two differ)
-MODULE = {"hydra-core": "hydra", "torch-fidelity": "torch_fidelity", "open_clip_torch": "open_clip", "pillow": "PIL",
-          "huggingface_hub": "huggingface_hub"}
+MODULE = {
+    "hydra-core": "hydra",
+    "torch-fidelity": "torch_fidelity",
+    "open_clip_torch": "open_clip",
+    "pillow": "PIL",
+    "huggingface_hub": "huggingface_hub",
+}
 
 # dependencies we never import ourselves: (file of ours, the call that needs them, why)
 INDIRECT = {
-    "torch-fidelity": ("sjdbench/evaluators/inception.py", "NoTrainInceptionV3",
-                       "torchmetrics' Inception feature extractor comes from torch-fidelity"),
+    "torch-fidelity": (
+        "sjdbench/evaluators/inception.py",
+        "NoTrainInceptionV3",
+        "torchmetrics' Inception feature extractor comes from torch-fidelity",
+    ),
 }
 
 
@@ -37,7 +47,9 @@ def test_every_declared_dependency_is_used():
     for name in declared():
         if name in INDIRECT:
             where, call, why = INDIRECT[name]
-            assert call in (ROOT / where).read_text(encoding="utf-8"), f"{name}: {why}, but {where} no longer calls {call}"
+            assert call in (ROOT / where).read_text(encoding="utf-8"), (
+                f"{name}: {why}, but {where} no longer calls {call}"
+            )
             continue
         if MODULE.get(name, name) not in imported:
             unused.append(name)

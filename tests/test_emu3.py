@@ -2,6 +2,7 @@
 
 The visual tokens are deliberately numbered out of order in the tiny vocabulary: the code <-> token
 map must come from their names, never from an offset."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,20 +14,44 @@ import model_properties as props  # noqa: E402
 from hf_fixtures import ScoreRecorder, char_tokenizer, spread_weights  # noqa: E402
 
 from sjdbench.decoding.processing import StructureMasks, process_logits  # noqa: E402
-from sjdbench.models.emu3 import (NEGATIVE_PROMPT, Emu3Adapter, build_emu3_adapter, emu3_layout,  # noqa: E402
-                                  visual_token_ids)
+from sjdbench.models.emu3 import (
+    NEGATIVE_PROMPT,
+    Emu3Adapter,
+    build_emu3_adapter,
+    emu3_layout,  # noqa: E402
+    visual_token_ids,
+)
 
 N_CODES = 64
-STRUCTURAL = ["<|extra_203|>", "<|extra_204|>", "<|endoftext|>", "<|extra_200|>", "<|extra_201|>",
-              "<|image start|>", "<|image end|>", "<|image token|>", "<image>"]
+STRUCTURAL = [
+    "<|extra_203|>",
+    "<|extra_204|>",
+    "<|endoftext|>",
+    "<|extra_200|>",
+    "<|extra_201|>",
+    "<|image start|>",
+    "<|image end|>",
+    "<|image token|>",
+    "<image>",
+]
 SHUFFLED_CODES = torch.randperm(N_CODES, generator=torch.Generator().manual_seed(5)).tolist()
 VISUAL_NAMES = [f"<|visual token {k:06d}|>" for k in SHUFFLED_CODES]
 
 
 def tiny_tokenizer():
-    return char_tokenizer(STRUCTURAL + VISUAL_NAMES, bos="<|extra_203|>", pad="<|endoftext|>", extra={
-        "image_token": "<image>", "boi_token": "<|image start|>", "eoi_token": "<|image end|>",
-        "image_wrapper_token": "<|image token|>", "eof_token": "<|extra_201|>"}, size=200)
+    return char_tokenizer(
+        STRUCTURAL + VISUAL_NAMES,
+        bos="<|extra_203|>",
+        pad="<|endoftext|>",
+        extra={
+            "image_token": "<image>",
+            "boi_token": "<|image start|>",
+            "eoi_token": "<|image end|>",
+            "image_wrapper_token": "<|image token|>",
+            "eof_token": "<|extra_201|>",
+        },
+        size=200,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,11 +61,29 @@ def emu3_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("emu3")
     tokenizer = tiny_tokenizer()
     vocabulary = tokenizer.get_vocab()
-    text = dict(vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, attention_dropout=0.0, pad_token_id=vocabulary["<|endoftext|>"],
-                bos_token_id=vocabulary["<|extra_203|>"], eos_token_id=vocabulary["<|extra_204|>"])
-    vq = dict(codebook_size=N_CODES, embed_dim=4, latent_channels=4, base_channels=32, channel_multiplier=[1, 1, 1, 2],
-              num_res_blocks=1, attn_resolutions=[], hidden_size=64, num_attention_heads=1)
+    text = dict(
+        vocab_size=200,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attention_dropout=0.0,
+        pad_token_id=vocabulary["<|endoftext|>"],
+        bos_token_id=vocabulary["<|extra_203|>"],
+        eos_token_id=vocabulary["<|extra_204|>"],
+    )
+    vq = dict(
+        codebook_size=N_CODES,
+        embed_dim=4,
+        latent_channels=4,
+        base_channels=32,
+        channel_multiplier=[1, 1, 1, 2],
+        num_res_blocks=1,
+        attn_resolutions=[],
+        hidden_size=64,
+        num_attention_heads=1,
+    )
     config = Emu3Config(text_config=text, vq_config=vq, vocabulary_map=vocabulary)
     torch.manual_seed(0)
     spread_weights(Emu3ForConditionalGeneration(config)).save_pretrained(root)
@@ -72,11 +115,18 @@ def library_generate(adapter, text: str, **kwargs) -> torch.Tensor:
     ids = torch.tensor([adapter.prompt_ids(text)])
     neg = torch.tensor([adapter.negative_ids()])
     out = adapter.model.generate(
-        ids, attention_mask=torch.ones_like(ids), max_new_tokens=adapter.layout.n_positions,
-        negative_prompt_ids=neg, negative_prompt_attention_mask=torch.ones_like(neg),
-        guidance_scale=adapter.default_sampling.cfg_scale, prefix_allowed_tokens_fn=baai_prefix_constraint(adapter),
-        eos_token_id=adapter.tokens.eos, pad_token_id=adapter.tokens.pad, **kwargs)
-    return out[0, ids.shape[1]:]
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=adapter.layout.n_positions,
+        negative_prompt_ids=neg,
+        negative_prompt_attention_mask=torch.ones_like(neg),
+        guidance_scale=adapter.default_sampling.cfg_scale,
+        prefix_allowed_tokens_fn=baai_prefix_constraint(adapter),
+        eos_token_id=adapter.tokens.eos,
+        pad_token_id=adapter.tokens.pad,
+        **kwargs,
+    )
+    return out[0, ids.shape[1] :]
 
 
 def test_code_to_token_map_follows_the_names(adapter, emu3_dir):
@@ -124,7 +174,7 @@ def test_batched_cfg_equals_unbatched_forwards(adapter):
     for row, ids in enumerate([adapter.prompt_ids("a cat"), adapter.negative_ids()]):
         full = torch.cat([torch.tensor(ids), seq])[None]
         with torch.no_grad():
-            alone = adapter.model(input_ids=full).logits[0, len(ids) - 1:]  # (8, V)
+            alone = adapter.model(input_ids=full).logits[0, len(ids) - 1 :]  # (8, V)
         torch.testing.assert_close(first[row], alone[0], atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(window[row], alone[1:], atol=1e-4, rtol=1e-4)
 

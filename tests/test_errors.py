@@ -1,6 +1,7 @@
 """Every bad input ends in one line on stderr, exit code 2, no traceback, before any model loads, and
 nothing is written (or lost). In-process through typer's CliRunner; the console script's own
 behaviour (usage errors, output that is not a terminal, Ctrl-C) through subprocesses."""
+
 import json
 import os
 import shutil
@@ -50,30 +51,40 @@ def no_model_loads(monkeypatch):
     monkeypatch.setattr(runner_module, "build_adapter", forbidden)
 
 
-@pytest.mark.parametrize("words,needle", [
-    (["sampling.temperature=-1"], "sampling.temperature must be >= 0 (0 = greedy), got -1.0"),
-    (["sampling.top_p=2"], "sampling.top_p must be in (0, 1] (1 = off), got 2.0"),
-    (["sampling.top_p=0"], "sampling.top_p must be in (0, 1]"),
-    (["sampling.cfg_scale=-1"], "sampling.cfg_scale must be >= 0 (1 = no guidance), got -1.0"),
-    (["sampling.top_k=65"], "sampling.top_k=65 exceeds the model's 64 image tokens; use 1..64, or 0 for no top-k"),
-    (["sampling.top_k=-2"], "sampling.top_k must be >= 0"),
-    (["sampling.temperature=nan"], "sampling.temperature must be a finite number, got nan"),
-    (["model.options.cfg_scale=-2"], "model.options.cfg_scale must be >= 0"),
-    (["decoder=lantern", "decoder.verifier.delta=-0.1"], "decoder.verifier.delta must be >= 0, got -0.1"),
-    (["decoder=lantern", "decoder.verifier.k=0"], "decoder.verifier.k must be >= 1, got 0"),
-    (["decoder=sjd_vp", "decoder.proposal.lam=-1"], "decoder.proposal.lam must be >= 0, got -1.0"),
-    (["decoder=sjd_vp", "decoder.proposal.gamma=0"], "decoder.proposal.gamma must be in (0, 1], got 0.0"),
-    (["decoder=sjd_vp", "decoder.proposal.gamma=1.5"], "decoder.proposal.gamma must be in (0, 1], got 1.5"),
-    (["decoder=sjd_vp", "decoder.proposal.lam=inf"], "decoder.proposal.lam must be a finite number, got inf"),
-    (["device=tpu"], "device=tpu is not a device torch knows; use auto, cpu, cuda, cuda:N or mps"),
-    (["device=meta"], "sjdbench does not run on 'meta' devices"),
-    (["decoder=sjd,sjd_vp"], "to run several, sweep over them: sjdbench sweep decoder=sjd,sjd_vp"),
-    (["decoder=[sjd,sjd_vp]"], "to run several, sweep over them: sjdbench sweep decoder=sjd,sjd_vp"),
-    (["decoder="], "decoder= needs a value; choose one of: ar, gsd, gsd_vp, jacobi, lantern, lantern_pac, lantern_vp, mc_sjd, pjd, sjd, sjd_pac, sjd_pp, sjd_vp, zipar"),
-    (["decoder.window==3"], "'decoder.window==3' has two '='; write decoder.window=3"),
-    (["decoder.window=16,32"], "`run` takes one value per key; to run several, use sjdbench sweep decoder.window=16,32"),
-    (["threads=0"], "threads must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "words,needle",
+    [
+        (["sampling.temperature=-1"], "sampling.temperature must be >= 0 (0 = greedy), got -1.0"),
+        (["sampling.top_p=2"], "sampling.top_p must be in (0, 1] (1 = off), got 2.0"),
+        (["sampling.top_p=0"], "sampling.top_p must be in (0, 1]"),
+        (["sampling.cfg_scale=-1"], "sampling.cfg_scale must be >= 0 (1 = no guidance), got -1.0"),
+        (["sampling.top_k=65"], "sampling.top_k=65 exceeds the model's 64 image tokens; use 1..64, or 0 for no top-k"),
+        (["sampling.top_k=-2"], "sampling.top_k must be >= 0"),
+        (["sampling.temperature=nan"], "sampling.temperature must be a finite number, got nan"),
+        (["model.options.cfg_scale=-2"], "model.options.cfg_scale must be >= 0"),
+        (["decoder=lantern", "decoder.verifier.delta=-0.1"], "decoder.verifier.delta must be >= 0, got -0.1"),
+        (["decoder=lantern", "decoder.verifier.k=0"], "decoder.verifier.k must be >= 1, got 0"),
+        (["decoder=sjd_vp", "decoder.proposal.lam=-1"], "decoder.proposal.lam must be >= 0, got -1.0"),
+        (["decoder=sjd_vp", "decoder.proposal.gamma=0"], "decoder.proposal.gamma must be in (0, 1], got 0.0"),
+        (["decoder=sjd_vp", "decoder.proposal.gamma=1.5"], "decoder.proposal.gamma must be in (0, 1], got 1.5"),
+        (["decoder=sjd_vp", "decoder.proposal.lam=inf"], "decoder.proposal.lam must be a finite number, got inf"),
+        (["device=tpu"], "device=tpu is not a device torch knows; use auto, cpu, cuda, cuda:N or mps"),
+        (["device=meta"], "sjdbench does not run on 'meta' devices"),
+        (["decoder=sjd,sjd_vp"], "to run several, sweep over them: sjdbench sweep decoder=sjd,sjd_vp"),
+        (["decoder=[sjd,sjd_vp]"], "to run several, sweep over them: sjdbench sweep decoder=sjd,sjd_vp"),
+        (
+            ["decoder="],
+            "decoder= needs a value; choose one of: ar, gsd, gsd_vp, jacobi, lantern, lantern_pac, lantern_vp, mc_sjd, "
+            "pjd, sjd, sjd_pac, sjd_pp, sjd_vp, zipar",
+        ),
+        (["decoder.window==3"], "'decoder.window==3' has two '='; write decoder.window=3"),
+        (
+            ["decoder.window=16,32"],
+            "`run` takes one value per key; to run several, use sjdbench sweep decoder.window=16,32",
+        ),
+        (["threads=0"], "threads must be >= 1"),
+    ],
+)
 def test_bad_values_are_one_line_before_the_model_loads(tmp_path, no_model_loads, words, needle):
     one_line_error(run_cli(tmp_path, *words), needle)
     assert nothing_written(tmp_path)
@@ -87,11 +98,16 @@ def test_cuda_without_a_gpu(tmp_path, no_model_loads):
 def test_prompt_file_that_is_not_utf8(tmp_path, no_model_loads):
     path = tmp_path / "latin1.txt"
     path.write_bytes("a red caf\xe9 at the top\n".encode("latin-1"))
-    one_line_error(run_cli(tmp_path, "data=file", f"data.path={path}"),
-                   f"prompt file {path} is not UTF-8 text (byte 0xe9 on line 1); re-save it as UTF-8")
+    one_line_error(
+        run_cli(tmp_path, "data=file", f"data.path={path}"),
+        f"prompt file {path} is not UTF-8 text (byte 0xe9 on line 1); re-save it as UTF-8",
+    )
     tsv = tmp_path / "latin1.tsv"
     tsv.write_bytes("Prompt\tCategory\na caf\xe9\tx\n".encode("latin-1"))
-    one_line_error(run_cli(tmp_path, "data=file", f"data.path={tsv}", "data.column=Prompt"), "is not UTF-8 text (byte 0xe9 on line 2)")
+    one_line_error(
+        run_cli(tmp_path, "data=file", f"data.path={tsv}", "data.column=Prompt"),
+        "is not UTF-8 text (byte 0xe9 on line 2)",
+    )
     assert nothing_written(tmp_path)
 
 
@@ -107,7 +123,10 @@ def test_tsv_with_a_byte_order_mark_reads_its_columns(tmp_path):
 def test_results_dir_that_is_a_file_or_under_one(tmp_path, no_model_loads):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    for target, needle in ((blocker, "is a file, not a folder"), (blocker / "sub", f"is under {blocker}, which is a file")):
+    for target, needle in (
+        (blocker, "is a file, not a folder"),
+        (blocker / "sub", f"is under {blocker}, which is a file"),
+    ):
         result = runner.invoke(app, ["run", *DEBUG, f"results_dir={target}"])
         one_line_error(result, needle)
     assert blocker.read_text() == "not a folder"
@@ -147,7 +166,9 @@ def test_truncated_weight_file_is_named(tmp_path, no_model_loads):
     copy = _toy_copy(tmp_path)
     lm = copy / "toy_lm.safetensors"
     lm.write_bytes(lm.read_bytes()[: lm.stat().st_size // 2])
-    result = runner.invoke(app, ["run", "model=toy", f"model.options.weights_dir={copy}", f"results_dir={tmp_path / 'results'}"])
+    result = runner.invoke(
+        app, ["run", "model=toy", f"model.options.weights_dir={copy}", f"results_dir={tmp_path / 'results'}"]
+    )
     one_line_error(result, f"{lm} is truncated: its tensors need")
     assert nothing_written(tmp_path)
 
@@ -158,7 +179,9 @@ def test_corrupt_weight_file_fails_its_checksum(tmp_path, no_model_loads):
     data = bytearray(lm.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one flipped byte inside a tensor: loads fine, samples wrong
     lm.write_bytes(bytes(data))
-    result = runner.invoke(app, ["run", "model=toy", f"model.options.weights_dir={copy}", f"results_dir={tmp_path / 'results'}"])
+    result = runner.invoke(
+        app, ["run", "model=toy", f"model.options.weights_dir={copy}", f"results_dir={tmp_path / 'results'}"]
+    )
     one_line_error(result, f"{lm} is corrupt: sha256")
     assert "differs from the recorded" in result.stderr
 
@@ -168,7 +191,9 @@ def test_weights_that_do_not_fit_the_config_name_the_shape(tmp_path, no_model_lo
     meta = json.loads((copy / "toy.json").read_text())
     meta["model"]["dim"] = 128
     (copy / "toy.json").write_text(json.dumps(meta))
-    result = runner.invoke(app, ["run", "model=toy", f"model.options.weights_dir={copy}", f"results_dir={tmp_path / 'results'}"])
+    result = runner.invoke(
+        app, ["run", "model=toy", f"model.options.weights_dir={copy}", f"results_dir={tmp_path / 'results'}"]
+    )
     line = one_line_error(result, "toy_lm.safetensors: tensor")
     assert "has shape [613, 192], the model's config needs [613, 128]" in line
 
@@ -222,8 +247,13 @@ def test_nan_or_inf_logits_stop_the_run_naming_prompt_and_position(tmp_path, mon
     import sjdbench.models.registry as registry
 
     monkeypatch.setitem(registry.BUILDERS, "debug", f"{__name__}:build_poisoned_adapter")
-    words = ["decoder=sjd", "decoder.window=4", f"+model.options.value={value}", "+model.options.poison_at=5",
-             f"sampling.temperature={temperature}"]
+    words = [
+        "decoder=sjd",
+        "decoder.window=4",
+        f"+model.options.value={value}",
+        "+model.options.poison_at=5",
+        f"sampling.temperature={temperature}",
+    ]
     result = run_cli(tmp_path, *words)
     assert result.exit_code == 2 and "Traceback" not in result.output
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
@@ -239,10 +269,18 @@ def test_nan_or_inf_logits_stop_the_run_naming_prompt_and_position(tmp_path, mon
 
 # -- the console script itself ------------------------------------------------------------------------
 
+
 def sjdbench(*args, cwd=None, timeout=120, **kwargs):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "60"}  # a narrow "terminal" must not wrap errors
-    return subprocess.run([sys.executable, "-m", "sjdbench", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=timeout, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "sjdbench", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+        **kwargs,
+    )
 
 
 def test_errors_are_one_physical_line_when_output_is_not_a_terminal(tmp_path):
@@ -269,12 +307,28 @@ def test_progress_lines_when_output_is_not_a_terminal(tmp_path):
 
 def test_ctrl_c_says_how_far_it_got_and_the_rerun_resumes(tmp_path):
     # 8 prompts x 10 samples: long enough (seconds) that the interrupt lands mid-run on a fast machine
-    args = [sys.executable, "-m", "sjdbench", "run", "model=debug", "model.options.grid_h=6", "model.options.grid_w=6",
-            "samples_per_prompt=10", "warmup=0", f"results_dir={tmp_path}"]
+    args = [
+        sys.executable,
+        "-m",
+        "sjdbench",
+        "run",
+        "model=debug",
+        "model.options.grid_h=6",
+        "model.options.grid_w=6",
+        "samples_per_prompt=10",
+        "warmup=0",
+        f"results_dir={tmp_path}",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     # a shell runs background jobs with SIGINT ignored, and children inherit that: restore the default
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        args,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline, samples = time.time() + 90, None
     while time.time() < deadline:
         found = list(tmp_path.glob("runs/*/samples.jsonl"))

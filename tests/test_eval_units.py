@@ -1,4 +1,5 @@
 """Small parts of the evaluation: bootstrap over prompts, named image preprocessing, object counts."""
+
 import numpy as np
 
 from sjdbench.evaluators.imaging import bilinear, centre_crop, for_inception, resize_for_clip
@@ -60,8 +61,19 @@ def test_bilinear_matches_torch_interpolate_rounded():
     import torch.nn.functional as F
 
     image = np.random.default_rng(2).integers(0, 256, (37, 23, 3), dtype=np.uint8)
-    reference = F.interpolate(torch.tensor(image, dtype=torch.float64).permute(2, 0, 1)[None], size=(299, 299),
-                              mode="bilinear", align_corners=False)[0].permute(1, 2, 0).round().clamp(0, 255).byte().numpy()
+    reference = (
+        F.interpolate(
+            torch.tensor(image, dtype=torch.float64).permute(2, 0, 1)[None],
+            size=(299, 299),
+            mode="bilinear",
+            align_corners=False,
+        )[0]
+        .permute(1, 2, 0)
+        .round()
+        .clamp(0, 255)
+        .byte()
+        .numpy()
+    )
     assert np.array_equal(bilinear(image, 299), reference)
 
 

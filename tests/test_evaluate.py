@@ -1,6 +1,7 @@
 """`sjdbench eval` and `sjdbench sweep --eval` end to end on small toy runs: score files beside each
 run with their comparisons to AR and the noise floor, resumable, never recomputed; comparisons that
 wait for an AR run are filled in later."""
+
 import json
 import shutil
 from pathlib import Path
@@ -47,8 +48,21 @@ def test_eval_scores_every_run_with_the_toy_evaluators(toy_results, tmp_path):
     sjd = scores_of(root / "runs" / ids["sjd"])
     assert set(sjd) == {"toy_clip", "toy_fd", "toy_objects"}
     for name, doc in sjd.items():
-        for key in ("schema", "run_id", "evaluator", "metric", "lower_is_better", "value", "ci95", "n", "protocol",
-                    "protocol_hash", "paired_vs_ar", "noise_floor", "extra"):
+        for key in (
+            "schema",
+            "run_id",
+            "evaluator",
+            "metric",
+            "lower_is_better",
+            "value",
+            "ci95",
+            "n",
+            "protocol",
+            "protocol_hash",
+            "paired_vs_ar",
+            "noise_floor",
+            "extra",
+        ):
             assert key in doc, (name, key)
         assert doc["schema"] == 1 and doc["n"] == 2 and doc["pending"] == []
         assert doc["paired_vs_ar"]["ar_run_id"] == ids["ar"] and doc["paired_vs_ar"]["n_pairs"] == 2
@@ -136,12 +150,18 @@ def test_eval_selects_runs_by_id_glob_and_filter(toy_results, tmp_path):
     assert result.exit_code == 0 and set(scores_of(root / "runs" / ids["ar1"])) == {"toy_clip"}
 
 
-@pytest.mark.parametrize("words, message", [
-    (["eval"], "name the runs to score"),
-    (["eval", "results", "eval=bogus"], "unknown eval 'bogus'; choose one of: auto, coco, coco_clean, lantern, parti, toy"),
-    (["eval", "results", "eval.clip.score=percent"], "choose one of: 100max0, cosine"),
-    (["eval", "no-such-run"], "is neither a run id"),
-])
+@pytest.mark.parametrize(
+    "words, message",
+    [
+        (["eval"], "name the runs to score"),
+        (
+            ["eval", "results", "eval=bogus"],
+            "unknown eval 'bogus'; choose one of: auto, coco, coco_clean, lantern, parti, toy",
+        ),
+        (["eval", "results", "eval.clip.score=percent"], "choose one of: 100max0, cosine"),
+        (["eval", "no-such-run"], "is neither a run id"),
+    ],
+)
 def test_bad_eval_input_is_one_line(words, message):
     result = cli.invoke(app, words)
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
@@ -151,8 +171,9 @@ def test_bad_eval_input_is_one_line(words, message):
 def test_toy_evaluators_refuse_captions_outside_the_toy_grammar(tmp_path):
     import eval_helpers as helpers
 
-    run = helpers.synthetic_run(tmp_path, "debug-sjd-0000000000aa", [1, 2, 3], texts=["a cat", "a dog", "a bus"],
-                                size=(64, 64))
+    run = helpers.synthetic_run(
+        tmp_path, "debug-sjd-0000000000aa", [1, 2, 3], texts=["a cat", "a dog", "a bus"], size=(64, 64)
+    )
     outcomes = {o.evaluator: o for o in score([run.dir], compose_eval(["eval=toy"]))}
     assert outcomes["toy_objects"].status == "refused" and "toy-world captions" in outcomes["toy_objects"].message
     assert outcomes["toy_fd"].status == "refused"

@@ -17,6 +17,7 @@ Two sizes: `make test` runs every decoder at N_FAST = 8k samples and the `slow` 
 (noncentral chi-square; at 4k it would be 88 %); at 20k it fails at p < 1e-6. The test's own level
 is calibrated: an exact sampler is rejected at the threshold's rate, not more.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,8 +34,14 @@ from sjdbench.decoding.loop import Decoder, jacobi_decode
 from sjdbench.decoding.parts import KnoblessPart, resolve_part
 from sjdbench.decoding.processing import sample
 from sjdbench.decoding.topologies.tree import TreeTopology
-from sjdbench.exactness import (TabulatedAdapter, chi_square, chi_square_table, enumerable_model, exact_probabilities,
-                                expected_tv_noise)
+from sjdbench.exactness import (
+    TabulatedAdapter,
+    chi_square,
+    chi_square_table,
+    enumerable_model,
+    exact_probabilities,
+    expected_tv_noise,
+)
 
 N_FULL = 20_000
 N_FAST = 8_000
@@ -44,7 +51,9 @@ LOSSLESS = ["sjd", "sjd_left", "sjd_pp", "mc_sjd", "sjd_vp", "vp_coupled", "sjd_
 LOSSLESS += ["sjd_tree"]  # the draft tree without adaptive continuation (resample proposal)
 # at 20k only: variants whose mechanism a fast case already covers (left init: sjd; VP over the
 # coupling: sjd_vp and mc_sjd; deeper and wider trees: sjd_pac), so `make test` stays under 5 minutes
-LOSSLESS_FAST = [kind for kind in LOSSLESS if kind not in ("sjd_pac_k4", "sjd_tree", "sjd_left", "vp_coupled", "sjd_pac_deep")]
+LOSSLESS_FAST = [
+    kind for kind in LOSSLESS if kind not in ("sjd_pac_k4", "sjd_tree", "sjd_left", "vp_coupled", "sjd_pac_deep")
+]
 TREES = ("sjd_pac", "sjd_pac_k4", "sjd_pac_deep", "sjd_tree", "tree_longest", "tree_uniform_bonus")
 
 
@@ -78,8 +87,14 @@ def part(kind: str, name: str, adapter=None, **knobs):
 
 
 def make_decoder(kind: str, adapter=None) -> Decoder:
-    base = Decoder(4, part("proposal", "resample"), part("verifier", "exact"), part("init", "random"),
-                   track_growth=False, trace_positions=0)
+    base = Decoder(
+        4,
+        part("proposal", "resample"),
+        part("verifier", "exact"),
+        part("init", "random"),
+        track_growth=False,
+        trace_positions=0,
+    )
     vp = dict(fusion_top_k=0)  # N = 1 (decoder growth_steps), so fusion acts on this tiny model
     if kind == "sjd":
         return base
@@ -90,24 +105,41 @@ def make_decoder(kind: str, adapter=None) -> Decoder:
     if kind == "mc_sjd":
         return replace(base, proposal=part("proposal", "coupled"))
     if kind == "sjd_vp":
-        return replace(base, proposal=part("proposal", "vp", **vp), init=part("init", "argmax_left"), growth_steps=1,
-                       track_growth=True)
+        return replace(
+            base,
+            proposal=part("proposal", "vp", **vp),
+            init=part("init", "argmax_left"),
+            growth_steps=1,
+            track_growth=True,
+        )
     if kind == "vp_coupled":
         return replace(base, proposal=part("proposal", "vp", inner="coupled", **vp), growth_steps=1, track_growth=True)
     if kind == "broken_stale_q":
         return replace(base, proposal=StaleReferenceProposal(), track_growth=True)
     if kind == "sjd_pac":  # the preset (K = 3, D = 3, init uniform) in 8 slots: the window ends inside the image
-        return replace(base, window=8, proposal=part("proposal", "coupled"), init=part("init", "uniform"),
-                       topology=part("topology", "tree"))
+        return replace(
+            base,
+            window=8,
+            proposal=part("proposal", "coupled"),
+            init=part("init", "uniform"),
+            topology=part("topology", "tree"),
+        )
     if kind == "sjd_tree":
         return replace(make_decoder("sjd_pac_deep"), proposal=part("proposal", "resample"))
     if kind == "sjd_pac_k4":  # K = 4: every code of the model is a sibling at each content position
         return replace(make_decoder("sjd_pac"), topology=part("topology", "tree", width=4))
     if kind == "sjd_pac_deep":  # K = 2, D = 5: siblings at every content position
-        return replace(base, window=32, proposal=part("proposal", "coupled"), init=part("init", "uniform"),
-                       topology=part("topology", "tree", width=2, depth=5))
+        return replace(
+            base,
+            window=32,
+            proposal=part("proposal", "coupled"),
+            init=part("init", "uniform"),
+            topology=part("topology", "tree", width=2, depth=5),
+        )
     if kind == "tree_longest":
-        return replace(make_decoder("sjd_pac_deep"), topology=part("topology", "tree", width=2, depth=5, select="longest"))
+        return replace(
+            make_decoder("sjd_pac_deep"), topology=part("topology", "tree", width=2, depth=5, select="longest")
+        )
     if kind == "tree_uniform_bonus":  # in 8 slots, a fully accepted path often ends before an image token
         return replace(make_decoder("sjd_pac"), topology=UniformBonusTree(width=3, depth=3))
     if kind == "zipar_apart":  # rows that never overlap (row_start = the grid's width): AR itself
@@ -115,10 +147,15 @@ def make_decoder(kind: str, adapter=None) -> Decoder:
     if kind == "zipar":
         return replace(base, window=16, topology=part("topology", "rows", row_window=1, row_start=1, emit="all"))
     if kind == "pjd":
-        return replace(base, window=16, proposal=part("proposal", "reuse"), topology=part("topology", "rows", row_start=1))
+        return replace(
+            base, window=16, proposal=part("proposal", "reuse"), topology=part("topology", "rows", row_start=1)
+        )
     if kind == "lantern_pac":  # the preset keeps one-hot references for fresh drafts (init random)
-        return replace(make_decoder("sjd_pac"), init=part("init", "random"),
-                       verifier=part("verifier", "lantern", adapter, k=3, delta=0.1))
+        return replace(
+            make_decoder("sjd_pac"),
+            init=part("init", "random"),
+            verifier=part("verifier", "lantern", adapter, k=3, delta=0.1),
+        )
     if kind == "lantern":
         return replace(base, verifier=part("verifier", "lantern", adapter, k=3, delta=0.1))
     if kind == "gsd":
@@ -145,7 +182,7 @@ def _draw(kind: str, n: int, seed: int) -> tuple[Counter, dict]:
     return counts, dict(totals)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def sample_decoder(kind: str, n: int) -> tuple[Counter, dict]:
     """n samples split over two processes (2 cores), each with its own seed."""
     with ProcessPoolExecutor(2, mp_context=mp.get_context("fork")) as pool:
@@ -179,8 +216,10 @@ def check_lossless(kind: str, n: int, exact: dict) -> None:
     counts, totals = sample_decoder(kind, n)
     stat, dof, p_value = chi_square(counts, exact)
     tv = tv_from(counts, exact)
-    print(f"{kind} n={n}: chi2={stat:.1f} dof={dof} p={p_value:.3g} TV={tv:.4f} "
-          f"noise={expected_tv_noise(exact, n):.4f} totals={totals}")
+    print(
+        f"{kind} n={n}: chi2={stat:.1f} dof={dof} p={p_value:.3g} TV={tv:.4f} "
+        f"noise={expected_tv_noise(exact, n):.4f} totals={totals}"
+    )
     assert sum(counts.values()) == n
     assert totals["verified"] > 0
     if kind in ("sjd_vp", "vp_coupled"):
@@ -242,7 +281,9 @@ def test_rows_that_never_overlap_are_ar(exact):
     n = N_FAST // 2
     counts, totals = sample_decoder("zipar_apart", n)
     stat, dof, p_value = chi_square(counts, exact)
-    print(f"zipar_apart n={n}: chi2={stat:.1f} dof={dof} p={p_value:.3g} TV={tv_from(counts, exact):.4f} totals={totals}")
+    print(
+        f"zipar_apart n={n}: chi2={stat:.1f} dof={dof} p={p_value:.3g} TV={tv_from(counts, exact):.4f} totals={totals}"
+    )
     assert totals["nfe"] == 5 * n  # prefill + one forward per token but the row end anchor
     assert totals["live_forwards"] == 0  # every slot saw a whole prefix
     assert p_value > P_PASS
@@ -299,8 +340,10 @@ def test_relaxed_verifiers_tv_and_acceptance(kind, per_token_bound, exact):
     tv = tv_from(counts, exact)
     noise = expected_tv_noise(exact, n)
     acc, acc_sjd = totals["accepted"] / totals["verified"], sjd_totals["accepted"] / sjd_totals["verified"]
-    print(f"{kind}: TV={tv:.4f} (SJD {tv_from(sjd_counts, exact):.4f}, noise {noise:.4f}) "
-          f"accept={acc:.3f} vs SJD {acc_sjd:.3f}")
+    print(
+        f"{kind}: TV={tv:.4f} (SJD {tv_from(sjd_counts, exact):.4f}, noise {noise:.4f}) "
+        f"accept={acc:.3f} vs SJD {acc_sjd:.3f}"
+    )
     assert acc >= acc_sjd
     if per_token_bound is not None:
         assert tv <= 4 * per_token_bound + 3 * noise

@@ -1,16 +1,17 @@
 """FID and KID through sjdbench's evaluators equal a hand computation; reference features are
 cached bit for bit; FID refuses N below the feature dimension; the real Inception path runs on a
 random-weight state dict in torch-fidelity's layout and matches torchmetrics end to end."""
+
 import time
 from pathlib import Path
 
+import eval_helpers as helpers
 import numpy as np
 import pytest
 import scipy.linalg
 import torch
 from typer.testing import CliRunner
 
-import eval_helpers as helpers
 from sjdbench.errors import UserError
 from sjdbench.evaluate import score_run
 from sjdbench.evaluators.inception import INCEPTION_FILE, inception_weights
@@ -21,8 +22,14 @@ REFERENCE = [1, 2, 30, 44, 150, 151, 9, 77, 250, 13, 19, 88]
 
 
 def settings(*extra):
-    return compose_eval(["eval.inception.feature=eval_helpers:gaussian_features", "eval.force=true",
-                         "eval.inception.bootstrap=0", *extra])
+    return compose_eval(
+        [
+            "eval.inception.feature=eval_helpers:gaussian_features",
+            "eval.force=true",
+            "eval.inception.bootstrap=0",
+            *extra,
+        ]
+    )
 
 
 def hand_fid(a: np.ndarray, b: np.ndarray) -> float:
@@ -37,8 +44,11 @@ def hand_kid(fake: np.ndarray, real: np.ndarray, degree: int = 3) -> float:
     kernel = lambda x, y: (x @ y.T / d + 1.0) ** degree  # noqa: E731
     m = len(fake)
     k_xx, k_yy, k_xy = kernel(real, real), kernel(fake, fake), kernel(real, fake)
-    return float((k_xx.sum() - np.trace(k_xx)) / (m * (m - 1)) + (k_yy.sum() - np.trace(k_yy)) / (m * (m - 1))
-                 - 2 * k_xy.sum() / m**2)
+    return float(
+        (k_xx.sum() - np.trace(k_xx)) / (m * (m - 1))
+        + (k_yy.sum() - np.trace(k_yy)) / (m * (m - 1))
+        - 2 * k_xy.sum() / m**2
+    )
 
 
 @pytest.fixture
@@ -98,21 +108,36 @@ def test_reference_features_are_cached_per_preprocessing(run, tmp_path, monkeypa
 def test_fid_is_refused_below_the_feature_dimension_unless_forced(run):
     enough = score_run(run, "fid", compose_eval(["eval.inception.feature=eval_helpers:gaussian_features"]))
     assert enough.status == "scored"  # N = 10 >= 8 feature dimensions
-    small = helpers.synthetic_run(run.dir.parent.parent, "debug-sjd-000000000003", GENERATED[:5],
-                                  [f"data.images={run.config.data.images}"])
+    small = helpers.synthetic_run(
+        run.dir.parent.parent, "debug-sjd-000000000003", GENERATED[:5], [f"data.images={run.config.data.images}"]
+    )
     refused = score_run(small, "fid", compose_eval(["eval.inception.feature=eval_helpers:gaussian_features"]))
     assert refused.status == "refused" and refused.path is None
     assert not (small.dir / "scores").exists() or not list((small.dir / "scores").glob("fid-*.json"))
     assert "N = 5 samples is below the 8 feature dimensions" in refused.message and "eval.force=true" in refused.message
-    forced = score_run(small, "fid", compose_eval(["eval.inception.feature=eval_helpers:gaussian_features", "eval.force=true"]))
+    forced = score_run(
+        small, "fid", compose_eval(["eval.inception.feature=eval_helpers:gaussian_features", "eval.force=true"])
+    )
     assert forced.status == "scored" and forced.doc["n"] == 5
 
 
 def test_fid_protocol_records_extractor_preprocessing_reference_and_versions(run):
     doc = score_run(run, "fid", settings("eval.inception.preprocess=clean")).doc
     protocol = doc["protocol"]
-    for key in ("extractor", "feature_dim", "weights_sha256", "preprocessing", "preprocessing_steps", "antialias",
-                "quantisation", "n", "reference", "versions", "statistics", "samples_sha256"):
+    for key in (
+        "extractor",
+        "feature_dim",
+        "weights_sha256",
+        "preprocessing",
+        "preprocessing_steps",
+        "antialias",
+        "quantisation",
+        "n",
+        "reference",
+        "versions",
+        "statistics",
+        "samples_sha256",
+    ):
         assert key in protocol, key
     assert protocol["preprocessing"] == "clean" and "Lanczos" in protocol["preprocessing_steps"]
     assert protocol["reference"]["n"] == len(REFERENCE) and len(protocol["reference"]["sha256"]) == 64
@@ -169,11 +194,23 @@ def test_real_inception_path_matches_torchmetrics_on_random_weights(tmp_path, ra
     run = helpers.synthetic_run(tmp_path / "results", "debug-sjd-000000000004", [0] * 4, [f"data.images={refs}"])
     for sample, image in zip(run.samples, generated):
         helpers.save_png(sample.image, image)
-    doc = score_run(run, "fid", compose_eval([f"eval.inception.weights={random_inception}", "eval.force=true",
-                                              "eval.inception.bootstrap=0", "eval.device=cpu"])).doc
+    doc = score_run(
+        run,
+        "fid",
+        compose_eval(
+            [
+                f"eval.inception.weights={random_inception}",
+                "eval.force=true",
+                "eval.inception.bootstrap=0",
+                "eval.device=cpu",
+            ]
+        ),
+    ).doc
     assert doc["protocol"]["weights_file"] == INCEPTION_FILE and doc["protocol"]["feature_dim"] == 2048
 
-    metric = FrechetInceptionDistance(feature=2048, feature_extractor_weights_path=str(random_inception), antialias=False)
+    metric = FrechetInceptionDistance(
+        feature=2048, feature_extractor_weights_path=str(random_inception), antialias=False
+    )
     as_batch = lambda images: torch.from_numpy(np.stack([for_inception(i, "sjd") for i in images])).permute(0, 3, 1, 2)  # noqa: E731
     metric.update(as_batch(reference), real=True)
     metric.update(as_batch(generated), real=False)

@@ -1,4 +1,5 @@
 """Fréchet distance: exact on Gaussians with known statistics, zero on identical sets."""
+
 import numpy as np
 import pytest
 

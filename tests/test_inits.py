@@ -1,4 +1,5 @@
 """Fresh-draft inits on a 3x3 grid with row-end tokens (id 3): copies, chains, fallbacks, forced ids."""
+
 import numpy as np
 import torch
 

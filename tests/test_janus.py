@@ -1,4 +1,5 @@
 """Janus-Pro adapter on a tiny random-weight JanusForConditionalGeneration (8x8 codes, 128 codes)."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,19 +14,44 @@ from sjdbench.errors import UserError  # noqa: E402
 from sjdbench.models.janus import JanusAdapter, JanusTokens, build_janus_adapter  # noqa: E402
 
 SPECIALS = ["<bos>", "<pad>", "<begin_of_image>", "<end_of_image>", "<image_placeholder>"]
-TEMPLATE = ("{% for m in messages %}<|User|>: {{ m['content'][0]['text'] }}\n\n{% endfor %}"
-            "{% if add_generation_prompt %}<|Assistant|>:{% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}<|User|>: {{ m['content'][0]['text'] }}\n\n{% endfor %}"
+    "{% if add_generation_prompt %}<|Assistant|>:{% endif %}"
+)
 
 
 def tiny_config():
     from transformers import JanusConfig
 
-    text = dict(model_type="llama", vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, pad_token_id=2, bos_token_id=1)
-    vision = dict(image_size=128, patch_size=16, num_image_tokens=64, projection_dim=64, hidden_size=32,
-                  num_hidden_layers=1, num_attention_heads=2)
-    vq = dict(embed_dim=8, num_embeddings=128, base_channels=32, channel_multiplier=[1, 1, 2], num_res_blocks=1,
-              projection_dim=64, image_token_embed_dim=64)
+    text = dict(
+        model_type="llama",
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=2,
+        bos_token_id=1,
+    )
+    vision = dict(
+        image_size=128,
+        patch_size=16,
+        num_image_tokens=64,
+        projection_dim=64,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+    )
+    vq = dict(
+        embed_dim=8,
+        num_embeddings=128,
+        base_channels=32,
+        channel_multiplier=[1, 1, 2],
+        num_res_blocks=1,
+        projection_dim=64,
+        image_token_embed_dim=64,
+    )
     return JanusConfig(text_config=text, vision_config=vision, vq_config=vq, image_token_id=5)
 
 
@@ -38,10 +64,16 @@ def janus_dir(tmp_path_factory):
     torch.manual_seed(0)
     model = spread_weights(JanusForConditionalGeneration(tiny_config()))
     model.save_pretrained(root)
-    tokenizer = char_tokenizer(SPECIALS, bos="<bos>", pad="<pad>", size=128, extra={
-        "image_token": "<image_placeholder>", "boi_token": "<begin_of_image>", "eoi_token": "<end_of_image>"})
-    JanusProcessor(image_processor=JanusImageProcessor(), tokenizer=tokenizer, chat_template=TEMPLATE,
-                   num_image_tokens=64).save_pretrained(root)
+    tokenizer = char_tokenizer(
+        SPECIALS,
+        bos="<bos>",
+        pad="<pad>",
+        size=128,
+        extra={"image_token": "<image_placeholder>", "boi_token": "<begin_of_image>", "eoi_token": "<end_of_image>"},
+    )
+    JanusProcessor(
+        image_processor=JanusImageProcessor(), tokenizer=tokenizer, chat_template=TEMPLATE, num_image_tokens=64
+    ).save_pretrained(root)
     return root
 
 
@@ -55,9 +87,15 @@ def library_generate(adapter, text: str, **kwargs) -> torch.Tensor:
     config = adapter.model.generation_config
     config.pad_token_id, config.bos_token_id = adapter.tokens.pad, adapter.tokens.bos
     config.generation_kwargs = {"boi_token_id": adapter.tokens.boi}  # what the hub's generation_config sets
-    return adapter.model.generate(ids, attention_mask=torch.ones_like(ids), generation_mode="image",
-                                  num_return_sequences=1, max_length=ids.shape[1] + adapter.layout.n_positions,
-                                  guidance_scale=adapter.default_sampling.cfg_scale, **kwargs)[0]
+    return adapter.model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        generation_mode="image",
+        num_return_sequences=1,
+        max_length=ids.shape[1] + adapter.layout.n_positions,
+        guidance_scale=adapter.default_sampling.cfg_scale,
+        **kwargs,
+    )[0]
 
 
 def test_prompt_is_the_chat_template_then_begin_of_image(adapter):

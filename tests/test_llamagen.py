@@ -1,6 +1,7 @@
 """LlamaGen adapter: our GPT (2-D RoPE, 120 caption slots, learned null caption) and VQ-16 on a tiny
 random-weight checkpoint in the release layout (256 px -> 16x16 codes), checked against an
 independent restatement of LlamaGen's forward (full sequence, no cache, complex-number rotary)."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,12 @@ pytest.importorskip("transformers")
 import model_properties as props  # noqa: E402
 from hf_fixtures import char_tokenizer  # noqa: E402
 
-from sjdbench.models.llamagen import (CAPTION_TOKENS, LlamaGenAdapter, build_llamagen_adapter,  # noqa: E402
-                                      clean_caption)
+from sjdbench.models.llamagen import (
+    CAPTION_TOKENS,
+    LlamaGenAdapter,
+    build_llamagen_adapter,  # noqa: E402
+    clean_caption,
+)
 from sjdbench.models.llamagen_gpt import GPTConfig, LlamaGenGPT, rope_table_2d  # noqa: E402
 from sjdbench.models.vq16 import VQ16, VQ16Config  # noqa: E402
 
@@ -22,12 +27,27 @@ GRID = 16
 
 def release_keys(n_layer: int) -> set[str]:
     """The parameter names of LlamaGen's t2i GPT checkpoints (checkpoint["model"])."""
-    keys = {"cls_embedding.cap_proj.fc1.weight", "cls_embedding.cap_proj.fc2.weight", "cls_embedding.uncond_embedding",
-            "tok_embeddings.weight", "norm.weight", "output.weight"}
+    keys = {
+        "cls_embedding.cap_proj.fc1.weight",
+        "cls_embedding.cap_proj.fc2.weight",
+        "cls_embedding.uncond_embedding",
+        "tok_embeddings.weight",
+        "norm.weight",
+        "output.weight",
+    }
     for i in range(n_layer):
-        keys |= {f"layers.{i}.{name}.weight" for name in (
-            "attention.wqkv", "attention.wo", "feed_forward.w1", "feed_forward.w2", "feed_forward.w3",
-            "attention_norm", "ffn_norm")}
+        keys |= {
+            f"layers.{i}.{name}.weight"
+            for name in (
+                "attention.wqkv",
+                "attention.wo",
+                "feed_forward.w1",
+                "feed_forward.w2",
+                "feed_forward.w3",
+                "attention_norm",
+                "ffn_norm",
+            )
+        }
     return keys
 
 
@@ -48,8 +68,19 @@ def dirs(tmp_path_factory):
     vq = VQ16(VQ16Config(ch=32, ch_mult=[1, 1, 2, 2, 4], num_res_blocks=1, z_channels=32))
     torch.save({"model": vq.state_dict()}, root / "vq_ds16_t2i.pt")
     t5_root = root / "t5"
-    t5 = T5EncoderModel(T5Config(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
-                                 feed_forward_proj="gated-gelu", pad_token_id=1, eos_token_id=2))
+    t5 = T5EncoderModel(
+        T5Config(
+            vocab_size=128,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=1,
+            num_heads=4,
+            feed_forward_proj="gated-gelu",
+            pad_token_id=1,
+            eos_token_id=2,
+        )
+    )
     t5.save_pretrained(t5_root)
     char_tokenizer(["<pad>", "</s>"], bos="<pad>", pad="<pad>", eos="</s>", size=128).save_pretrained(t5_root)
     return root
@@ -70,8 +101,9 @@ def small(adapter):
     return LlamaGenAdapter(gpt, adapter.vq, adapter.captions)
 
 
-def reference_logits(gpt: LlamaGenGPT, conditioning: torch.Tensor, caption_mask: torch.Tensor,
-                     tokens: torch.Tensor, last: bool = False) -> torch.Tensor:
+def reference_logits(
+    gpt: LlamaGenGPT, conditioning: torch.Tensor, caption_mask: torch.Tensor, tokens: torch.Tensor, last: bool = False
+) -> torch.Tensor:
     """LlamaGen's forward restated: all slots at once, a causal mask whose caption columns follow the
     caption mask (plus the diagonal), and rotary as complex multiplication. -> (2, 120 + n, V), or
     (2, 1, V) for the last slot only."""
@@ -85,8 +117,12 @@ def reference_logits(gpt: LlamaGenGPT, conditioning: torch.Tensor, caption_mask:
     base = cfg.rope_base ** (-torch.arange(quarter, dtype=torch.float64) / quarter)
     slot = torch.arange(S - CAPTION_TOKENS, dtype=torch.float64)
     angles = torch.cat([(slot // cfg.grid)[:, None] * base, (slot % cfg.grid)[:, None] * base], dim=-1)
-    rotation = torch.cat([torch.zeros(CAPTION_TOKENS, hd // 2, dtype=torch.complex128),  # caption slots: x 0
-                          torch.polar(torch.ones_like(angles), angles)]).to(torch.complex64)
+    rotation = torch.cat(
+        [
+            torch.zeros(CAPTION_TOKENS, hd // 2, dtype=torch.complex128),  # caption slots: x 0
+            torch.polar(torch.ones_like(angles), angles),
+        ]
+    ).to(torch.complex64)
 
     def rotate(t):  # (2, S, H, hd)
         pairs = torch.view_as_complex(t.float().reshape(*t.shape[:-1], -1, 2).contiguous())
@@ -139,7 +175,7 @@ def test_window_slots_use_their_grid_positions(adapter):
     with torch.no_grad():
         expected = reference_logits(adapter.gpt, conditioning, mask, seq)
     torch.testing.assert_close(first, expected[:, CAPTION_TOKENS - 1], atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(window, expected[:, CAPTION_TOKENS + 5:], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(window, expected[:, CAPTION_TOKENS + 5 :], atol=1e-4, rtol=1e-4)
 
 
 def test_unconditional_row_is_the_learned_null_caption(adapter):

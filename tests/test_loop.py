@@ -1,4 +1,5 @@
 """The decoding loop on the debug model: greedy equivalences, cache rollback, statistics."""
+
 from dataclasses import replace
 
 import pytest
@@ -21,7 +22,12 @@ def adapter():
 
 
 def parts(window: int, verifier=None, proposal=None, init="random") -> Decoder:
-    return Decoder(window, proposal or ResampleProposal(), verifier or ExactVerifier(), resolve_part("init", init, "init").build(None))
+    return Decoder(
+        window,
+        proposal or ResampleProposal(),
+        verifier or ExactVerifier(),
+        resolve_part("init", init, "init").build(None),
+    )
 
 
 def greedy(adapter):
@@ -33,8 +39,13 @@ def greedy(adapter):
 def test_greedy_jacobi_equals_greedy_ar(adapter, window, init):
     for i, prompt in enumerate(PROMPTS):
         ar = jacobi_decode(adapter, prompt, parts(1), greedy(adapter), torch.Generator().manual_seed(i))
-        jac = jacobi_decode(adapter, prompt, parts(window, GreedyVerifier(), init=init), adapter.default_sampling,
-                            torch.Generator().manual_seed(100 + i))
+        jac = jacobi_decode(
+            adapter,
+            prompt,
+            parts(window, GreedyVerifier(), init=init),
+            adapter.default_sampling,
+            torch.Generator().manual_seed(100 + i),
+        )
         assert torch.equal(ar.tokens, jac.tokens)
         assert jac.stats.nfe <= ar.stats.nfe
 
@@ -43,7 +54,9 @@ def test_greedy_jacobi_equals_greedy_ar(adapter, window, init):
 def test_sjd_with_greedy_sampling_equals_greedy_ar(adapter, proposal):
     for i, prompt in enumerate(PROMPTS):
         ar = jacobi_decode(adapter, prompt, parts(1), greedy(adapter), torch.Generator().manual_seed(i))
-        sjd = jacobi_decode(adapter, prompt, parts(8, proposal=proposal), greedy(adapter), torch.Generator().manual_seed(7))
+        sjd = jacobi_decode(
+            adapter, prompt, parts(8, proposal=proposal), greedy(adapter), torch.Generator().manual_seed(7)
+        )
         assert torch.equal(ar.tokens, sjd.tokens)
 
 

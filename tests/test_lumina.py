@@ -1,6 +1,7 @@
 """Lumina-mGPT adapter: our Chameleon forward and Meta-VQGAN decoder on tiny random weights (64 px,
 a 4x4 code grid), checked against transformers' ChameleonForConditionalGeneration on the same
 state dict. Image tokens are numbered out of order in the tiny vocabulary."""
+
 from __future__ import annotations
 
 import json
@@ -14,16 +15,31 @@ pytest.importorskip("transformers")
 import model_properties as props  # noqa: E402
 from hf_fixtures import char_tokenizer, spread_weights  # noqa: E402
 
-from sjdbench.models.lumina import (LuminaAdapter, build_lumina_adapter, grid_token_name, image_code,  # noqa: E402
-                                    stand_in_vocabulary)
+from sjdbench.models.lumina import (
+    LuminaAdapter,
+    build_lumina_adapter,
+    grid_token_name,
+    image_code,  # noqa: E402
+    stand_in_vocabulary,
+)
 from sjdbench.models.vqgan import ChameleonVQGAN, VQGANConfig  # noqa: E402
 
 N_CODES = 64
 RESOLUTION = 64  # 2 grid steps of 32 px -> 4x4 codes
-IMAGE_NAMES = [f"IMGIMG{''.join(chr(65 + int(d)) for d in str(k))}Z"
-               for k in torch.randperm(N_CODES, generator=torch.Generator().manual_seed(7)).tolist()]
-SPECIALS = ["<s>", "<pad>", "<reserved08706>", "<racm3:break>", "<eoss>", "<reserved08799>", grid_token_name(2),
-            "<image>"]
+IMAGE_NAMES = [
+    f"IMGIMG{''.join(chr(65 + int(d)) for d in str(k))}Z"
+    for k in torch.randperm(N_CODES, generator=torch.Generator().manual_seed(7)).tolist()
+]
+SPECIALS = [
+    "<s>",
+    "<pad>",
+    "<reserved08706>",
+    "<racm3:break>",
+    "<eoss>",
+    "<reserved08799>",
+    grid_token_name(2),
+    "<image>",
+]
 VQ_YAML = """model:
   params:
     embed_dim: 8
@@ -41,11 +57,24 @@ def make_checkpoints(root):
 
     tokenizer = char_tokenizer(SPECIALS + IMAGE_NAMES, bos="<s>", pad="<pad>", size=200)
     vocabulary = tokenizer.get_vocab()
-    config = ChameleonConfig(vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=4, vocabulary_map=vocabulary,
-                             bos_token_id=vocabulary["<s>"], vq_config=dict(
-                                 embed_dim=8, num_embeddings=N_CODES, latent_channels=32, base_channels=32,
-                                 channel_multiplier=[1, 2], resolution=32))
+    config = ChameleonConfig(
+        vocab_size=200,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        vocabulary_map=vocabulary,
+        bos_token_id=vocabulary["<s>"],
+        vq_config=dict(
+            embed_dim=8,
+            num_embeddings=N_CODES,
+            latent_channels=32,
+            base_channels=32,
+            channel_multiplier=[1, 2],
+            resolution=32,
+        ),
+    )
     torch.manual_seed(0)
     hf = spread_weights(ChameleonForConditionalGeneration(config))
     with torch.no_grad():  # one QK-norm group: every head shares row 0 (what Lumina's checkpoints hold)
@@ -98,7 +127,7 @@ def test_logits_equal_transformers_hidden_states_through_lm_head(adapter, hf_mod
     cache = adapter.new_cache(prompt, extra=6)
     first = adapter.prefill(prompt, cache)
     window = adapter.forward(seq, torch.arange(6), cache)
-    expected = hf_logits(hf_model, prompt_ids + seq.tolist())[len(prompt_ids) - 1:]  # (7, V)
+    expected = hf_logits(hf_model, prompt_ids + seq.tolist())[len(prompt_ids) - 1 :]  # (7, V)
     torch.testing.assert_close(first[0], expected[0], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(window[0], expected[1:], atol=1e-4, rtol=1e-4)
 
@@ -177,7 +206,7 @@ def test_layout_header_row_ends_and_end_where_lumina_puts_them(adapter):
     body = forced[3:-1]
     assert len(body) == 4 * 5
     assert [i for i, t in enumerate(body) if t >= 0] == [4, 9, 14, 19]  # every (w + 1)-th token: end of line
-    assert set(body[i] for i in (4, 9, 14, 19)) == {names["<reserved08799>"]}
+    assert {body[i] for i in (4, 9, 14, 19)} == {names["<reserved08799>"]}
     assert forced[-1] == names["<eoss>"]
 
 

@@ -1,4 +1,5 @@
 """The machine state recorded with every latency, and the measured default thread count."""
+
 import torch
 
 from sjdbench import machine
@@ -33,8 +34,19 @@ def test_a_run_applies_its_thread_count(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     try:
-        outcome = execute(compose_run(["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "data.limit=1",
-                                       "warmup=0", "threads=2", f"results_dir={tmp_path}"]))
+        outcome = execute(
+            compose_run(
+                [
+                    "model=debug",
+                    "model.options.grid_h=3",
+                    "model.options.grid_w=3",
+                    "data.limit=1",
+                    "warmup=0",
+                    "threads=2",
+                    f"results_dir={tmp_path}",
+                ]
+            )
+        )
         from sjdbench.store import RunStore
 
         (row,) = RunStore(tmp_path, outcome.run_id).rows()

@@ -1,6 +1,7 @@
 """Runs written by the previous sjdbench (ids hashed the flat decoder config) are re-keyed, not lost
 and not mixed. The fixture is a real schema-1 run: LANTERN with k = 5 on the debug model, 2 smoke
 prompts, decoded with what is now `reading=ours_all` (schema 1 had only our readings)."""
+
 import json
 import shutil
 from pathlib import Path
@@ -21,8 +22,17 @@ def legacy_store(tmp_path: Path) -> Path:
 def test_legacy_run_is_rekeyed_to_todays_id_and_resumed_not_redone(tmp_path):
     root = legacy_store(tmp_path)
     assert [p.name for p in legacy_runs(root)] == [OLD_ID]
-    config = compose_run(["model=debug", "decoder=lantern", "decoder.verifier.k=5", "decoder.verifier.reading=ours_all",
-                          "data=smoke", "data.limit=2", f"results_dir={root}"])
+    config = compose_run(
+        [
+            "model=debug",
+            "decoder=lantern",
+            "decoder.verifier.k=5",
+            "decoder.verifier.reading=ours_all",
+            "data=smoke",
+            "data.limit=2",
+            f"results_dir={root}",
+        ]
+    )
     new_id = plan(config)[0]
     assert [m.status for m in migrate_store(root, dry_run=True)] == ["would move"]
     assert (root / "runs" / OLD_ID).exists()
@@ -39,9 +49,19 @@ def test_legacy_run_is_rekeyed_to_todays_id_and_resumed_not_redone(tmp_path):
 
 def test_a_migrated_id_that_already_exists_is_left_alone(tmp_path):
     root = legacy_store(tmp_path)
-    config = compose_run(["model=debug", "decoder=lantern", "decoder.verifier.k=5", "decoder.verifier.reading=ours_all",
-                          "data=smoke", "data.limit=2",
-                          f"results_dir={root}", "warmup=0", "save_images=false"])
+    config = compose_run(
+        [
+            "model=debug",
+            "decoder=lantern",
+            "decoder.verifier.k=5",
+            "decoder.verifier.reading=ours_all",
+            "data=smoke",
+            "data.limit=2",
+            f"results_dir={root}",
+            "warmup=0",
+            "save_images=false",
+        ]
+    )
     execute(config)  # the user re-ran before migrating
     moves = migrate_store(root)
     assert [m.status for m in moves] == ["exists (left alone)"]

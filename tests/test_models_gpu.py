@@ -1,6 +1,7 @@
 """The real models' GPU paths (skipped without CUDA): bf16 weights, no host synchronisation inside a
 window forward or a commit, and the torch.compile'd window forward. Tiny random-weight architectures,
 so the checks take seconds on any CUDA device."""
+
 from __future__ import annotations
 
 import importlib
@@ -13,8 +14,12 @@ pytest.importorskip("transformers")
 import model_properties as props  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-BUILDERS = {"lumina": "build_lumina_adapter", "llamagen": "build_llamagen_adapter", "janus": "build_janus_adapter",
-            "emu3": "build_emu3_adapter"}
+BUILDERS = {
+    "lumina": "build_lumina_adapter",
+    "llamagen": "build_llamagen_adapter",
+    "janus": "build_janus_adapter",
+    "emu3": "build_emu3_adapter",
+}
 
 
 def build(model: str, **options):

@@ -9,6 +9,7 @@ distance filter off when an id in the slice exceeds 10,000 and the plain test wh
 p zeroed by the Lumina-mGPT code, q(x) <= 0, the all-zero residual, `<=`. MC-SJD (junhyukso/SCD):
 the stored reference of a kept draft and the coupling of every slot past the first rejection.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -30,6 +31,7 @@ OPEN = dict(p_thr=1.1, d_thr=1e9)  # filters that let every candidate through
 
 # -- GSD ------------------------------------------------------------------------------------------
 
+
 def ascending_p(V: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(1, V) distinct probabilities and the token ids in ascending order of probability."""
     g = torch.Generator().manual_seed(seed)
@@ -37,8 +39,14 @@ def ascending_p(V: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return p, p[0].argsort()
 
 
-def gsd(V: int, reading: str = "official", group_size: int = 50, p_thr: float = 1.1, d_thr: float = 1e9,
-        embeddings: torch.Tensor | None = None) -> GSDVerifier:
+def gsd(
+    V: int,
+    reading: str = "official",
+    group_size: int = 50,
+    p_thr: float = 1.1,
+    d_thr: float = 1e9,
+    embeddings: torch.Tensor | None = None,
+) -> GSDVerifier:
     return GSDVerifier(torch.zeros(V, 2) if embeddings is None else embeddings, group_size, p_thr, d_thr, reading)
 
 
@@ -355,6 +363,7 @@ def test_lantern_reading_knob_and_the_old_zero_on_spelling():
 
 # -- MC-SJD ---------------------------------------------------------------------------------------
 
+
 def coupled_case() -> tuple[torch.Tensor, Carried]:
     """3 slots: a draft kept for sure (p(d) >= q_old(d)), one replaced for sure (p(d) = 0), and the
     window's last slot without a draft."""
@@ -417,8 +426,13 @@ def test_mc_sjd_every_slot_past_the_first_rejection_is_coupled():
     adapter = build_debug_adapter(grid_h=6, grid_w=6, n_codes=32, init_std=0.5)
     verifier, proposal = RecordingVerifier(), RecordingCoupled()
     init = resolve_part("init", "random", "init").build(None)
-    jacobi_decode(adapter, "a red circle", Decoder(8, proposal, verifier, init), adapter.default_sampling,
-                  torch.Generator().manual_seed(0))
+    jacobi_decode(
+        adapter,
+        "a red circle",
+        Decoder(8, proposal, verifier, init),
+        adapter.default_sampling,
+        torch.Generator().manual_seed(0),
+    )
     coupled_past_rejection, calls = 0, iter(proposal.seen)
     for drafts, passed in verifier.seen:
         k = int(passed.long().cumprod(0).sum())
@@ -440,13 +454,20 @@ N_DETECT = 60_000  # at 40k the chi2 excess measured 85 over 163 dof (p = 2e-5);
 def _draw_mc_sjd(reference: str, n: int, seed: int) -> dict:
     from collections import Counter
 
-    from sjdbench.exactness import TabulatedAdapter
     from test_exactness import PROMPT, enumerable_adapter
+
+    from sjdbench.exactness import TabulatedAdapter
 
     torch.set_num_threads(1)
     adapter = TabulatedAdapter(enumerable_adapter(), PROMPT)
-    decoder = Decoder(4, CoupledProposal(reference=reference), ExactVerifier(),
-                      resolve_part("init", "random", "init").build(None), track_growth=False, trace_positions=0)
+    decoder = Decoder(
+        4,
+        CoupledProposal(reference=reference),
+        ExactVerifier(),
+        resolve_part("init", "random", "init").build(None),
+        track_growth=False,
+        trace_positions=0,
+    )
     generator = torch.Generator().manual_seed(seed)
     counts: Counter = Counter()
     for _ in range(n):
@@ -462,8 +483,9 @@ def test_mc_sjd_official_reference_is_detected_as_lossy():
     from collections import Counter
     from concurrent.futures import ProcessPoolExecutor
 
-    from sjdbench.exactness import TabulatedAdapter, chi_square, exact_probabilities
     from test_exactness import P_PASS, PROMPT, enumerable_adapter
+
+    from sjdbench.exactness import TabulatedAdapter, chi_square, exact_probabilities
 
     adapter = TabulatedAdapter(enumerable_adapter(), PROMPT)
     exact = exact_probabilities(adapter, adapter.default_sampling)

@@ -1,5 +1,6 @@
 """Public prompt sets: PartiPrompts read verbatim with its metadata, COCO caption selection
 (longest / first / the official SJD code's carried-over slot), the 30k list, pinned downloads."""
+
 import io
 import urllib.error
 from pathlib import Path
@@ -22,8 +23,11 @@ def test_parti_keeps_quotes_whitespace_and_metadata():
     assert texts[3] == " A sloth in a go kart on a race track. "  # leading and trailing spaces kept
     assert texts[4] == "a cafeé sign with umeño letters"
     assert 'The words "Fly an airplane" are written' in texts[1]
-    assert prompts[0].meta == {"category": "Abstract", "challenge": "Basic",
-                               "note": "Biology-inspired concepts with multiple meanings"}
+    assert prompts[0].meta == {
+        "category": "Abstract",
+        "challenge": "Basic",
+        "note": "Biology-inspired concepts with multiple meanings",
+    }
     assert prompts[3].meta["challenge"] == "Imagination" and prompts[1].meta["note"] == ""
     assert len(sha) == 16
 
@@ -66,15 +70,22 @@ def test_coco2017_prompts_are_verbatim_with_image_ids_and_file_names():
     prompts, _ = load_prompts(compose_run(["data=coco2017", f"data.path={path}"]).data)  # default: longest
     assert prompts[2].text == "A red double-decker bus in a London street\n"  # trailing newline kept
     assert prompts[0].meta == {"image_id": 10, "file_name": "000000000010.jpg", "caption_id": 102}
-    legacy, legacy_sha = load_prompts(compose_run(["data=coco2017", f"data.path={path}", "data.caption=sjd_legacy"]).data)
+    legacy, legacy_sha = load_prompts(
+        compose_run(["data=coco2017", f"data.path={path}", "data.caption=sjd_legacy"]).data
+    )
     _, longest_sha = load_prompts(compose_run(["data=coco2017", f"data.path={path}"]).data)
     assert legacy[2].text == "A bus." and legacy_sha != longest_sha  # another selection is another run
 
 
 def test_coco_legacy_selection_fails_clearly_where_the_original_code_crashes():
-    doc = {"images": [{"id": 1, "file_name": "a"}, {"id": 2, "file_name": "b"}],
-           "annotations": [{"image_id": 1, "id": 1, "caption": "x"}, {"image_id": 1, "id": 2, "caption": "longer"},
-                           {"image_id": 2, "id": 3, "caption": "y"}]}
+    doc = {
+        "images": [{"id": 1, "file_name": "a"}, {"id": 2, "file_name": "b"}],
+        "annotations": [
+            {"image_id": 1, "id": 1, "caption": "x"},
+            {"image_id": 1, "id": 2, "caption": "longer"},
+            {"image_id": 2, "id": 3, "caption": "y"},
+        ],
+    }
     with pytest.raises(UserError, match="carried slot is 1"):
         coco.select_captions(doc, "sjd_legacy")
 
@@ -92,9 +103,15 @@ def test_coco_bad_inputs_are_one_line_errors(tmp_path):
 
 def test_coco2014_30k_reads_one_caption_per_line_verbatim(tmp_path):
     path = tmp_path / "coco_captions.csv"
-    path.write_text('Prompt\nA furry, black bear standing in a rocky area.\n"Head shot" of a zebra. \n\nA cat.', encoding="utf-8")
+    path.write_text(
+        'Prompt\nA furry, black bear standing in a rocky area.\n"Head shot" of a zebra. \n\nA cat.', encoding="utf-8"
+    )
     prompts, _ = load_prompts(compose_run(["data=coco2014_30k", f"data.path={path}"]).data)
-    assert [p.text for p in prompts] == ["A furry, black bear standing in a rocky area.", '"Head shot" of a zebra. ', "A cat."]
+    assert [p.text for p in prompts] == [
+        "A furry, black bear standing in a rocky area.",
+        '"Head shot" of a zebra. ',
+        "A cat.",
+    ]
 
 
 def test_fetch_verifies_the_pinned_checksum_and_fails_offline_in_one_line(tmp_path, monkeypatch):
@@ -115,7 +132,9 @@ def test_fetch_verifies_the_pinned_checksum_and_fails_offline_in_one_line(tmp_pa
     with pytest.raises(UserError, match="not the pinned"):  # wrong bytes are never saved
         fetch.fetch(remote)
     assert not remote.cached().exists()
-    pinned = fetch.RemoteFile("parti", "PartiPrompts.tsv", remote.url, fetch.sha256_of(DATA / "parti_fixture.tsv"), "test")
+    pinned = fetch.RemoteFile(
+        "parti", "PartiPrompts.tsv", remote.url, fetch.sha256_of(DATA / "parti_fixture.tsv"), "test"
+    )
     assert fetch.fetch(pinned).read_bytes() == content
     prompts, _ = load_prompts(compose_run(["data=parti"]).data)  # now found in the cache
     assert len(prompts) == 5
@@ -123,4 +142,6 @@ def test_fetch_verifies_the_pinned_checksum_and_fails_offline_in_one_line(tmp_pa
 
 def test_the_pinned_parti_file_is_the_published_one():
     assert parti.PARTI.sha256 == "fab29e41bb512a169b56acab4cf2a41dcb675e285df2efcde6640c7dd3c440eb"
-    assert parti.COMMIT in parti.PARTI.url and parti.PARTI.url.startswith("https://raw.githubusercontent.com/google-research/parti/")
+    assert parti.COMMIT in parti.PARTI.url and parti.PARTI.url.startswith(
+        "https://raw.githubusercontent.com/google-research/parti/"
+    )

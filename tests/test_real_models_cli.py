@@ -1,6 +1,7 @@
 """The real models from the command line: listing, the top-level model keys, one-line errors for
 missing or unreachable weights, and an end-to-end run of each model with random weights of a
 shrunken architecture (what `model.weights=random model.size=tiny` is for on a CPU)."""
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,12 @@ def test_contradicting_spellings_are_refused():
 
 @pytest.mark.parametrize("model", REAL)
 def test_missing_local_weights_are_one_line(model, tmp_path):
-    line = one_line_error(runner.invoke(app, ["run", f"model={model}", f"model.path={tmp_path}", "data.limit=1",
-                                              f"results_dir={tmp_path / 'results'}"]))
+    line = one_line_error(
+        runner.invoke(
+            app,
+            ["run", f"model={model}", f"model.path={tmp_path}", "data.limit=1", f"results_dir={tmp_path / 'results'}"],
+        )
+    )
     assert f"model '{model}'" in line and str(tmp_path) in line and "download" in line
     assert not (tmp_path / "results").exists()
 
@@ -72,8 +77,18 @@ def test_offline_without_cached_weights_is_one_line(model, tmp_path, monkeypatch
 def test_random_tiny_model_runs_end_to_end(model, tmp_path):
     """sjdbench run model=<m> model.weights=random model.size=tiny model.resolution=32|64 data.limit=1"""
     resolution = 32 if model == "emu3" else 64  # Emu3's 184622-id vocabulary is the slow part on CPU
-    args = ["run", f"model={model}", "model.weights=random", "model.size=tiny", f"model.resolution={resolution}",
-            "data.limit=1", "device=cpu", "warmup=0", "decoder=sjd", f"results_dir={tmp_path}"]
+    args = [
+        "run",
+        f"model={model}",
+        "model.weights=random",
+        "model.size=tiny",
+        f"model.resolution={resolution}",
+        "data.limit=1",
+        "device=cpu",
+        "warmup=0",
+        "decoder=sjd",
+        f"results_dir={tmp_path}",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     run_dir = next((tmp_path / "runs").iterdir())

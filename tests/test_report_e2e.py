@@ -1,4 +1,5 @@
 """`sjdbench report` end to end on real toy runs, through the CLI; draft traces replay the loop exactly."""
+
 import json
 import re
 
@@ -18,8 +19,9 @@ def toy_store(tmp_path_factory):
     root = tmp_path_factory.mktemp("toy") / "results"
     ids = {}
     for decoder in ("ar", "sjd"):
-        config = compose_run(["model=toy", "data=toy", "data.limit=2", "warmup=0", f"decoder={decoder}",
-                              f"results_dir={root}"])
+        config = compose_run(
+            ["model=toy", "data=toy", "data.limit=2", "warmup=0", f"decoder={decoder}", f"results_dir={root}"]
+        )
         ids[decoder] = execute(config).run_id
     return root, ids
 
@@ -27,8 +29,9 @@ def toy_store(tmp_path_factory):
 def test_report_over_real_toy_runs(toy_store, tmp_path):
     root, ids = toy_store
     out = tmp_path / "report"
-    result = CliRunner().invoke(app, ["report", f"results_dir={root}", "model=toy", "--out", str(out),
-                                      "--trace-drafts", "1"])
+    result = CliRunner().invoke(
+        app, ["report", f"results_dir={root}", "model=toy", "--out", str(out), "--trace-drafts", "1"]
+    )
     assert result.exit_code == 0, result.output
     assert "toy on toy: decoders against AR" in result.output
     written = [line.split(" ", 1)[1] for line in result.output.splitlines() if line.startswith("wrote ")]
@@ -52,15 +55,29 @@ def test_report_over_real_toy_runs(toy_store, tmp_path):
 def test_bad_report_input_is_one_line(tmp_path):
     result = CliRunner().invoke(app, ["report", f"results_dir={tmp_path}", "colour=red"])
     assert result.exit_code == 2
-    assert result.output.strip().startswith("error: unknown report filter 'colour'") and len(result.output.strip().splitlines()) == 1
+    assert (
+        result.output.strip().startswith("error: unknown report filter 'colour'")
+        and len(result.output.strip().splitlines()) == 1
+    )
     empty = CliRunner().invoke(app, ["report", f"results_dir={tmp_path}"])
     assert empty.exit_code == 2 and "no runs in" in empty.output and "Traceback" not in empty.output
 
 
 def test_draft_traces_replay_the_stored_samples_and_count_like_the_loop(tmp_path):
     """Every verified draft is recorded once, accepted ones as accepted: the counts equal the loop's."""
-    config = compose_run(["model=debug", "model.options.grid_h=4", "model.options.grid_w=4", "decoder=sjd",
-                          "decoder.window=4", "data.limit=3", "warmup=0", "save_images=false", f"results_dir={tmp_path}"])
+    config = compose_run(
+        [
+            "model=debug",
+            "model.options.grid_h=4",
+            "model.options.grid_w=4",
+            "decoder=sjd",
+            "decoder.window=4",
+            "data.limit=3",
+            "warmup=0",
+            "save_images=false",
+            f"results_dir={tmp_path}",
+        ]
+    )
     outcome = execute(config)
     path = record_run(tmp_path / "runs" / outcome.run_id, prompts=3)
     traces = [json.loads(line) for line in path.read_text().splitlines()]

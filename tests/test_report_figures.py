@@ -1,10 +1,10 @@
 """Report figures: each has the series it should; report.html links only files that exist."""
+
 import json
 import re
 from pathlib import Path
 
 import pytest
-
 from synthetic_store import make_store, write_score
 
 from sjdbench.report import figures as figs
@@ -71,8 +71,9 @@ def test_trajectories_accepted_vs_rejected_from_draft_traces(frames, tmp_path):
     drafts = [{"pos": 3, "token": 1, "accepted": i % 3 != 0, "probs": [0.1, 0.2 + 0.01 * i, 0.5]} for i in range(30)]
     traced = main.copy()
     traced["has_draft_traces"] = traced["run_id"] == ids["sjd"]
-    (run_dir / "draft_traces.jsonl").write_text(json.dumps({"prompt_id": 0, "sample": 0, "matches_stored": True,
-                                                            "drafts": drafts}) + "\n")
+    (run_dir / "draft_traces.jsonl").write_text(
+        json.dumps({"prompt_id": 0, "sample": 0, "matches_stored": True, "drafts": drafts}) + "\n"
+    )
     try:
         plot = figs.fig_trajectories(traced, store.samples)
         assert [ax.get_title() for ax in plot.figure.axes if ax.get_title()] == ["sjd  (20 accepted, 10 rejected)"]
@@ -106,9 +107,22 @@ def test_report_html_links_only_files_that_exist(frames, tmp_path):
     links = re.findall(r'(?:src|href)="([^"]+)"', html)
     assert links and all(not link.startswith(("/", "http", "file:")) for link in links)
     assert all((out / link).is_file() for link in links), [link for link in links if not (out / link).is_file()]
-    for name in ("trajectories.png", "quality_vs_speed.png", "quality_vs_speed.svg", "image_grid.png",
-                 "speedup_vs_window.svg", "nfe_vs_growth_steps.png"):
+    for name in (
+        "trajectories.png",
+        "quality_vs_speed.png",
+        "quality_vs_speed.svg",
+        "image_grid.png",
+        "speedup_vs_window.svg",
+        "nfe_vs_growth_steps.png",
+    ):
         assert f"figures/toy-toy/{name}" in links
-    assert {p.name for p in report.files} >= {"main.md", "main.tex", "main.csv", "runs.parquet", "samples.parquet",
-                                              "report.html", "provenance.json"}
+    assert {p.name for p in report.files} >= {
+        "main.md",
+        "main.tex",
+        "main.csv",
+        "runs.parquet",
+        "samples.parquet",
+        "report.html",
+        "provenance.json",
+    }
     assert "commit aaaaaaaaaa" in html and "record no timing session" in html  # provenance and its caveats

@@ -1,4 +1,5 @@
 """`sjdbench report` tables on a synthetic store: every value against a hand computation."""
+
 import dataclasses
 import json
 import math
@@ -9,17 +10,27 @@ import subprocess
 import numpy as np
 import pandas as pd
 import pytest
-
-from synthetic_store import AR_LATENCY, LANTERN_NFE, LANTERN_RATIOS, SJD_NFE, SJD_RATIOS, SynthRun, make_store, write_run, write_score
+from synthetic_store import (
+    AR_LATENCY,
+    LANTERN_NFE,
+    LANTERN_RATIOS,
+    SJD_NFE,
+    SJD_RATIOS,
+    SynthRun,
+    make_store,
+    write_run,
+    write_score,
+)
 
 from sjdbench.config import compose_run, decoder_spec
 from sjdbench.errors import UserError
 from sjdbench.report.build import build_report
+from sjdbench.report.load import load_runs
 from sjdbench.report.pairing import geometric_mean_ci
 from sjdbench.report.select import parse_filters, select_runs
-from sjdbench.report.load import load_runs
 from sjdbench.report.spec import is_lossless
 from sjdbench.report.tables import Metric, Table
+
 
 @pytest.fixture
 def store(tmp_path):
@@ -59,7 +70,13 @@ def test_speedup_is_the_paired_geometric_mean_with_a_bootstrap_ci(built):
     lo, hi = np.exp(np.quantile(means, [0.025, 0.975]))
     assert table.loc[ids["sjd"], "speedup ci_lo"] == pytest.approx(lo, abs=0.02)
     assert table.loc[ids["sjd"], "speedup ci_hi"] == pytest.approx(hi, abs=0.02)
-    assert min(SJD_RATIOS) <= table.loc[ids["sjd"], "speedup ci_lo"] < expected < table.loc[ids["sjd"], "speedup ci_hi"] <= max(SJD_RATIOS)
+    assert (
+        min(SJD_RATIOS)
+        <= table.loc[ids["sjd"], "speedup ci_lo"]
+        < expected
+        < table.loc[ids["sjd"], "speedup ci_hi"]
+        <= max(SJD_RATIOS)
+    )
 
 
 def test_geometric_mean_ci_edge_cases():
@@ -84,9 +101,14 @@ def test_main_table_values_equal_hand_computations(built):
 def test_best_value_per_column_is_bold_in_markdown_and_latex(built):
     root, ids, out, report = built
     md = (out / "main.md").read_text()
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
-            for line in md.splitlines() if line.startswith("| ") and not line.startswith("| decoder")}
-    header = [c.strip() for c in next(l for l in md.splitlines() if l.startswith("| decoder")).split("|")[1:-1]]
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[1:-1]]
+        for line in md.splitlines()
+        if line.startswith("| ") and not line.startswith("| decoder")
+    }
+    header = [
+        c.strip() for c in next(line for line in md.splitlines() if line.startswith("| decoder")).split("|")[1:-1]
+    ]
     column = {name: i for i, name in enumerate(header)}
     assert "step compression ↑" in column and "NFE ↓" in column and "latency (s) ↓" in column
     best_step = f"**{100 / sum(LANTERN_NFE):.2f}**"
@@ -178,11 +200,14 @@ def test_finished_part_of_the_prompt_set_is_used_and_flagged(tmp_path):
     assert any("2 to 5 samples" in w for t in report.main for w in t.warnings)
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({"git_commit": "b" * 40}, "mixes runs from 2 commits"),
-    ({"platform": "Linux-other", "cpu_count": 64}, "mixes hardware"),
-    ({"sampling": {"cfg_scale": 4.0, "temperature": 1.0, "top_k": 100, "top_p": 1.0}}, "mixes sampling settings"),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"git_commit": "b" * 40}, "mixes runs from 2 commits"),
+        ({"platform": "Linux-other", "cpu_count": 64}, "mixes hardware"),
+        ({"sampling": {"cfg_scale": 4.0, "temperature": 1.0, "top_k": 100, "top_p": 1.0}}, "mixes sampling settings"),
+    ],
+)
 def test_mixed_provenance_produces_a_warning(tmp_path, env, expected):
     root = tmp_path / "results"
     make_store(root, sjd=env)
@@ -215,10 +240,26 @@ def test_warnings_for_busy_machines_and_timing_sessions(store, tmp_path):
 def test_quality_scores_enter_the_main_table_with_their_ci(store, tmp_path):
     root, ids = store
     write_score(root, ids["ar"], "toy_clip", 30.0, (29.0, 31.0), metric="toy CLIP-Score")
-    write_score(root, ids["sjd"], "toy_clip", 29.9, (28.9, 30.9), metric="toy CLIP-Score", delta=(-0.1, -0.3, 0.1),
-                ar_run_id=ids["ar"])
-    write_score(root, ids["lantern"], "toy_clip", 28.0, (27.0, 29.0), metric="toy CLIP-Score", delta=(-2.0, -2.5, -1.5),
-                ar_run_id=ids["ar"])
+    write_score(
+        root,
+        ids["sjd"],
+        "toy_clip",
+        29.9,
+        (28.9, 30.9),
+        metric="toy CLIP-Score",
+        delta=(-0.1, -0.3, 0.1),
+        ar_run_id=ids["ar"],
+    )
+    write_score(
+        root,
+        ids["lantern"],
+        "toy_clip",
+        28.0,
+        (27.0, 29.0),
+        metric="toy CLIP-Score",
+        delta=(-2.0, -2.5, -1.5),
+        ar_run_id=ids["ar"],
+    )
     write_score(root, ids["lantern"], "toy_fd", 12.5, None, lower_is_better=True, metric="toy FD")
     report_of(root, tmp_path / "out")
     table = main_frame(tmp_path / "out").set_index("run_id")
@@ -276,16 +317,21 @@ def test_filters_select_decoders_and_keep_their_ar_baselines(store, tmp_path):
     sweep = root / "sweeps" / "0123456789ab"
     sweep.mkdir(parents=True)
     (sweep / "sweep.yaml").write_text(json.dumps({"runs": [{"run_id": ids["vp"]}, {"run_id": ids["ar"]}]}))
-    assert set(select_runs(load_runs(root), parse_filters([f"results_dir={root}", "0123456789ab"]))["run_id"]) == \
-        {ids["vp"], ids["ar"]}
+    assert set(select_runs(load_runs(root), parse_filters([f"results_dir={root}", "0123456789ab"]))["run_id"]) == {
+        ids["vp"],
+        ids["ar"],
+    }
 
 
-@pytest.mark.parametrize("words, message", [
-    (["colour=red"], "unknown report filter 'colour'"),
-    (["decoder=nope"], "no runs match decoder=nope"),
-    (["fedcba987654"], "no sweep 'fedcba987654'"),
-    (["model"], "neither a filter nor a sweep id"),
-])
+@pytest.mark.parametrize(
+    "words, message",
+    [
+        (["colour=red"], "unknown report filter 'colour'"),
+        (["decoder=nope"], "no runs match decoder=nope"),
+        (["fedcba987654"], "no sweep 'fedcba987654'"),
+        (["model"], "neither a filter nor a sweep id"),
+    ],
+)
 def test_bad_filters_are_one_line_errors(built, tmp_path, words, message):
     root = built[0]
     with pytest.raises(UserError, match=re.escape(message)) as error:
@@ -293,11 +339,25 @@ def test_bad_filters_are_one_line_errors(built, tmp_path, words, message):
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("preset, lossless", [
-    ("ar", True), ("jacobi", True), ("sjd", True), ("sjd_pp", True), ("mc_sjd", True), ("sjd_vp", True),
-    ("lantern", False), ("lantern_vp", False), ("gsd", False), ("gsd_vp", False),
-    ("sjd_pac", True), ("lantern_pac", False), ("pjd", False), ("zipar", False),
-])
+@pytest.mark.parametrize(
+    "preset, lossless",
+    [
+        ("ar", True),
+        ("jacobi", True),
+        ("sjd", True),
+        ("sjd_pp", True),
+        ("mc_sjd", True),
+        ("sjd_vp", True),
+        ("lantern", False),
+        ("lantern_vp", False),
+        ("gsd", False),
+        ("gsd_vp", False),
+        ("sjd_pac", True),
+        ("lantern_pac", False),
+        ("pjd", False),
+        ("zipar", False),
+    ],
+)
 def test_lossless_follows_the_parts(preset, lossless):
     """The parts' own claim (stored with each run) and the report's fallback for older runs agree."""
     spec = decoder_spec(compose_run([f"decoder={preset}"]))
@@ -305,18 +365,21 @@ def test_lossless_follows_the_parts(preset, lossless):
     assert is_lossless(spec.identity()) is lossless
 
 
-@pytest.mark.parametrize("overrides, lossless", [
-    (["decoder=sjd_pp", "decoder.proposal.tau=0.5"], False),
-    (["decoder=sjd_vp", "decoder.proposal.reference=p"], False),
-    (["decoder=sjd_vp", "decoder.proposal.fusion=none"], True),
-    (["decoder=sjd_vp", "decoder.proposal.inner=coupled"], True),
-    (["decoder=sjd_vp", "decoder.proposal.inner={name:coupled,tau:0.9}"], False),
-    (["decoder=sjd", "decoder/init=above"], True),
-    (["decoder=mc_sjd", "decoder.proposal.reference=old_q"], False),
-    (["decoder=sjd_pac", "decoder.topology.select=longest"], False),
-    (["decoder=sjd_pac", "decoder/init=random"], True),
-    (["decoder=sjd", "decoder/proposal=reuse"], False),
-])
+@pytest.mark.parametrize(
+    "overrides, lossless",
+    [
+        (["decoder=sjd_pp", "decoder.proposal.tau=0.5"], False),
+        (["decoder=sjd_vp", "decoder.proposal.reference=p"], False),
+        (["decoder=sjd_vp", "decoder.proposal.fusion=none"], True),
+        (["decoder=sjd_vp", "decoder.proposal.inner=coupled"], True),
+        (["decoder=sjd_vp", "decoder.proposal.inner={name:coupled,tau:0.9}"], False),
+        (["decoder=sjd", "decoder/init=above"], True),
+        (["decoder=mc_sjd", "decoder.proposal.reference=old_q"], False),
+        (["decoder=sjd_pac", "decoder.topology.select=longest"], False),
+        (["decoder=sjd_pac", "decoder/init=random"], True),
+        (["decoder=sjd", "decoder/proposal=reuse"], False),
+    ],
+)
 def test_lossless_reads_the_knobs(overrides, lossless):
     spec = decoder_spec(compose_run(overrides))
     assert spec.lossless() is lossless
@@ -325,7 +388,7 @@ def test_lossless_reads_the_knobs(overrides, lossless):
 
 def test_a_part_that_claims_nothing_is_lossy():
     """A part without a `lossless` classmethod (e.g. one of a user's own) makes the decoder lossy."""
-    from sjdbench.decoding.parts import PartSpec, NoKnobs
+    from sjdbench.decoding.parts import NoKnobs, PartSpec
 
     spec = decoder_spec(compose_run(["decoder=sjd"]))
     silent = PartSpec("verifier", "mine", "builtins.object", NoKnobs())
@@ -346,11 +409,18 @@ def test_a_two_setting_grid_gives_a_table_per_setting_and_one_over_both(tmp_path
     write_run(root, SynthRun(["decoder=ar"], [1.0] * 5, [20] * 5))
     for window in (16, 32):
         for steps in (2, 3):
-            write_run(root, SynthRun(["decoder=sjd_vp", f"decoder.window={window}", f"decoder.growth_steps={steps}"],
-                                     [1.0 + window / 100 + steps / 10] * 5, [10] * 5))
+            write_run(
+                root,
+                SynthRun(
+                    ["decoder=sjd_vp", f"decoder.window={window}", f"decoder.growth_steps={steps}"],
+                    [1.0 + window / 100 + steps / 10] * 5,
+                    [10] * 5,
+                ),
+            )
     report = report_of(root, tmp_path / "out")
-    titles = [t.title for t in report.main] + [line for line in (tmp_path / "out" / "ablations.md").read_text().splitlines()
-                                               if line.startswith("### ")]
+    titles = [t.title for t in report.main] + [
+        line for line in (tmp_path / "out" / "ablations.md").read_text().splitlines() if line.startswith("### ")
+    ]
     assert [t for t in titles if "over" in t] == [
         "### toy on toy: sjd_vp (vp(resample)+exact) over W",
         "### toy on toy: sjd_vp (vp(resample)+exact) over N",
@@ -368,9 +438,16 @@ def test_a_two_setting_grid_gives_a_table_per_setting_and_one_over_both(tmp_path
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="needs pdflatex (texlive-latex-recommended for booktabs)")
 def test_main_and_ablation_tex_compile(built, tmp_path):
     _, _, out, _ = built
-    (tmp_path / "doc.tex").write_text("\\documentclass{article}\\usepackage[utf8]{inputenc}\\usepackage{booktabs}"
-                                      "\\usepackage[landscape,margin=1cm]{geometry}\\begin{document}"
-                                      f"\\input{{{out / 'main.tex'}}}\\input{{{out / 'ablations.tex'}}}\\end{{document}}\n")
-    result = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120)
+    (tmp_path / "doc.tex").write_text(
+        "\\documentclass{article}\\usepackage[utf8]{inputenc}\\usepackage{booktabs}"
+        "\\usepackage[landscape,margin=1cm]{geometry}\\begin{document}"
+        f"\\input{{{out / 'main.tex'}}}\\input{{{out / 'ablations.tex'}}}\\end{{document}}\n"
+    )
+    result = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout[-2000:]

@@ -1,4 +1,5 @@
 """Runner and store: results layout, resume after interruption, nothing lost, nothing repeated."""
+
 import json
 import os
 import signal
@@ -30,9 +31,24 @@ def test_run_writes_the_layout(tmp_path):
     assert [r["prompt_id"] for r in rows] == [0, 1, 2]
     assert all((run / r["image"]).exists() for r in rows)
     summary = json.loads((run / "summary.json").read_text())
-    for key in ("n_samples", "n_tokens", "nfe_mean", "step_compression", "acceptance_rate", "acceptance_rate_no_fresh",
-                "mean_accepted_length", "latency_s_mean", "latency_s_median", "tokens_per_s", "growth_share",
-                "growth_precision", "run_id", "model", "decoder", "complete"):
+    for key in (
+        "n_samples",
+        "n_tokens",
+        "nfe_mean",
+        "step_compression",
+        "acceptance_rate",
+        "acceptance_rate_no_fresh",
+        "mean_accepted_length",
+        "latency_s_mean",
+        "latency_s_median",
+        "tokens_per_s",
+        "growth_share",
+        "growth_precision",
+        "run_id",
+        "model",
+        "decoder",
+        "complete",
+    ):
         assert key in summary, key
     assert summary["complete"] is False and summary["n_samples"] == 3 and summary["n_wanted"] == 8  # 3 of smoke's 8
     assert summary["nfe_mean"] == sum(r["nfe"] for r in rows) / 3

@@ -1,5 +1,6 @@
 """The store never lies and never loses: torn lines are cut before the next append, one writer per run,
 newer stores are refused, write failures are one line with the rows so far intact."""
+
 import errno
 import json
 import os
@@ -69,14 +70,26 @@ def test_a_second_writer_of_the_same_run_is_refused_in_one_line(tmp_path):
     assert f"run {plan.run_id} is being written by another sjdbench process (pid {os.getpid()} on" in line
     assert "wait for it to finish" in line
     assert plan.store().samples_path.read_bytes() == before  # nothing written by the refused run
-    assert runner.invoke(app, ["run", *SMALL, f"results_dir={tmp_path}"]).exit_code == 0  # the lock is gone with its holder
+    assert (
+        runner.invoke(app, ["run", *SMALL, f"results_dir={tmp_path}"]).exit_code == 0
+    )  # the lock is gone with its holder
 
 
 @pytest.mark.slow
 def test_two_concurrent_runs_of_one_run_id_do_not_corrupt_it(tmp_path):
     """Real processes: the second is refused while the first writes; the first finishes whole."""
-    args = [sys.executable, "-m", "sjdbench", "run", "model=debug", "model.options.grid_h=6", "model.options.grid_w=6",
-            "warmup=0", "samples_per_prompt=8", f"results_dir={tmp_path}"]
+    args = [
+        sys.executable,
+        "-m",
+        "sjdbench",
+        "run",
+        "model=debug",
+        "model.options.grid_h=6",
+        "model.options.grid_w=6",
+        "warmup=0",
+        "samples_per_prompt=8",
+        f"results_dir={tmp_path}",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     first = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 90
@@ -134,7 +147,9 @@ def test_disk_full_is_one_line_and_the_rows_so_far_survive(tmp_path, monkeypatch
     monkeypatch.setattr(store, "_write_all", filling_up)
     result = runner.invoke(app, ["run", *SMALL, f"results_dir={tmp_path}"])
     line = cli_error_line(result)
-    assert "No space left on device; free some space (or set results_dir elsewhere), then re-run the same command" in line
+    assert (
+        "No space left on device; free some space (or set results_dir elsewhere), then re-run the same command" in line
+    )
     samples = next(tmp_path.glob("runs/*/samples.jsonl"))
     kept = read_jsonl(samples)
     assert len(kept) >= 1 and all(json.loads(x) for x in samples.read_text().splitlines())

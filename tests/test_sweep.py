@@ -1,4 +1,5 @@
 """Sweeps: grid expansion, validation before running, idempotence, resume, executors, sharding, paired timing."""
+
 import json
 import os
 from pathlib import Path
@@ -20,7 +21,9 @@ def words(tmp_path, *extra):
 
 
 def test_grid_expansion_grammar():
-    grid, fixed = parse_words(["decoder=sjd,sjd_vp", "decoder.window=range(16,65,16)", "seed=choice(0,1)", "data=smoke"])
+    grid, fixed = parse_words(
+        ["decoder=sjd,sjd_vp", "decoder.window=range(16,65,16)", "seed=choice(0,1)", "data=smoke"]
+    )
     assert grid == {"decoder": ["sjd", "sjd_vp"], "decoder.window": ["16", "32", "48", "64"], "seed": ["0", "1"]}
     assert fixed == ["data=smoke"]
     grid, _ = parse_words(["decoder=glob(sjd*)"])
@@ -127,13 +130,20 @@ def test_sharded_run_merges_to_the_unsharded_rows(tmp_path):
 
 
 def test_sweep_over_shards_runs_them_as_jobs_and_merges(tmp_path):
-    plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=3", "data.limit=4", "data.shard=0/2,1/2"), add_baselines=False)
+    plan = build_plan(
+        words(tmp_path, "decoder=sjd", "decoder.window=3", "data.limit=4", "data.shard=0/2,1/2"), add_baselines=False
+    )
     assert len(plan.points) == 2 and plan.points[0].run_id == plan.points[1].run_id
     results = execute_sweep(plan)
     assert sorted(r.status for r in results) == ["finished", "finished", "merged"]
     summary = RunStore(tmp_path, plan.points[0].run_id).summary()
     assert summary["n_samples"] == 4 and not summary["complete"]  # 4 of smoke's 8 prompts
-    again = execute_sweep(build_plan(words(tmp_path, "decoder=sjd", "decoder.window=3", "data.limit=4", "data.shard=0/2,1/2"), add_baselines=False))
+    again = execute_sweep(
+        build_plan(
+            words(tmp_path, "decoder=sjd", "decoder.window=3", "data.limit=4", "data.shard=0/2,1/2"),
+            add_baselines=False,
+        )
+    )
     assert [r.status for r in again if r.status != "merged"] == ["done", "done"]
 
 
@@ -154,13 +164,17 @@ def test_summary_reports_every_row_present_after_a_smaller_limit(tmp_path):
 
 # -- executors that do what they say -----------------------------------------------------------------
 
+
 def fake_slurm(folder: Path, partitions: str = "gpu*\\ncpu", sinfo_code: int = 0) -> str:
     """A PATH with stand-ins for srun, sbatch and sinfo (sinfo prints `partitions`)."""
     folder.mkdir(parents=True, exist_ok=True)
     for tool in ("srun", "sbatch"):
         (folder / tool).write_text("#!/bin/sh\nexit 0\n")
-    (folder / "sinfo").write_text(f"#!/bin/sh\nprintf '{partitions}\\n'\n" if sinfo_code == 0 else
-                                  f"#!/bin/sh\necho 'slurm_load_partitions: Unable to contact slurm controller' >&2\nexit {sinfo_code}\n")
+    (folder / "sinfo").write_text(
+        f"#!/bin/sh\nprintf '{partitions}\\n'\n"
+        if sinfo_code == 0
+        else f"#!/bin/sh\necho 'slurm_load_partitions: Unable to contact slurm controller' >&2\nexit {sinfo_code}\n"
+    )
     for tool in ("srun", "sbatch", "sinfo"):
         (folder / tool).chmod(0o755)
     return f"{folder}{os.pathsep}{os.environ['PATH']}"
@@ -172,11 +186,15 @@ def test_submitit_without_slurm_refuses_in_one_line(tmp_path, monkeypatch):
     from sjdbench.cli import app
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no sbatch, no srun
-    result = CliRunner().invoke(app, ["sweep", *words(tmp_path, "decoder=sjd"), "--executor", "submitit", "--partition", "gpu"])
+    result = CliRunner().invoke(
+        app, ["sweep", *words(tmp_path, "decoder=sjd"), "--executor", "submitit", "--partition", "gpu"]
+    )
     assert result.exit_code == 2 and "Traceback" not in result.output
     lines = result.stderr.strip().splitlines()
-    assert lines == ["error: no Slurm reachable from this machine (sbatch and srun not found); run here with --executor "
-                     "local, or test the job array with --executor submitit --cluster local"]
+    assert lines == [
+        "error: no Slurm reachable from this machine (sbatch and srun not found); run here with --executor "
+        "local, or test the job array with --executor submitit --cluster local"
+    ]
     assert not (tmp_path / "runs").exists() and not (tmp_path / "sweeps").exists()  # nothing ran, nothing written
 
 
@@ -197,12 +215,22 @@ def test_partition_and_gpu_count_reach_the_slurm_job(tmp_path, monkeypatch):
     from sjdbench.sweep import submitit_executor
 
     monkeypatch.setenv("PATH", fake_slurm(tmp_path / "bin"))
-    executor = submitit_executor(tmp_path, None, {"partition": "gpu", "gpus_per_task": 2, "timeout_min": 30,
-                                                 "cpus_per_task": 6, "array_parallelism": 4})
+    executor = submitit_executor(
+        tmp_path,
+        None,
+        {"partition": "gpu", "gpus_per_task": 2, "timeout_min": 30, "cpus_per_task": 6, "array_parallelism": 4},
+    )
     assert executor.cluster == "slurm"
-    script = executor._executor._make_submission_file_text("python -m job", "uid")  # the sbatch file submitit would submit
-    for line in ("#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=2", "#SBATCH --cpus-per-task=6",
-                 "#SBATCH --ntasks-per-node=1", "#SBATCH --time=30"):
+    script = executor._executor._make_submission_file_text(
+        "python -m job", "uid"
+    )  # the sbatch file submitit would submit
+    for line in (
+        "#SBATCH --partition=gpu",
+        "#SBATCH --gpus-per-node=2",
+        "#SBATCH --cpus-per-task=6",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --time=30",
+    ):
         assert line in script, line
 
 
@@ -212,7 +240,9 @@ def test_submitit_local_jobs_get_the_gpu_count_and_refuse_a_partition(tmp_path):
 
     local = submitit_executor(tmp_path, "local", {"gpus_per_task": 2, "timeout_min": 5})
     assert local.cluster == "local" and local._executor.parameters["gpus_per_node"] == 2  # -> CUDA_VISIBLE_DEVICES=0,1
-    with pytest.raises(UserError, match="--partition is a Slurm setting; with --cluster local the jobs run on this machine"):
+    with pytest.raises(
+        UserError, match="--partition is a Slurm setting; with --cluster local the jobs run on this machine"
+    ):
         submitit_executor(tmp_path, "local", {"partition": "gpu"})
     with pytest.raises(UserError, match="unknown --cluster 'pbs'; choose one of: slurm, local, debug"):
         submitit_executor(tmp_path, "pbs", {})
@@ -244,6 +274,7 @@ def test_ray_executor_runs_the_sweep(tmp_path):
 
 
 # -- paired timing -----------------------------------------------------------------------------------
+
 
 def test_paired_timing_interleaves_ar_and_each_decoder_prompt_by_prompt(tmp_path, monkeypatch):
     from sjdbench.runner import RunWriter

@@ -2,6 +2,7 @@
 flight are one masked forward equal to separate forwards of each path or row; keeping a tree path or
 rows' prefixes equals a fresh prefill; verification over siblings, the bonus after a fully accepted
 path, the row schedule and the statistics behave as specified."""
+
 from __future__ import annotations
 
 import json
@@ -10,10 +11,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-
 from chain_reference import REFERENCE, decode_case
+
 from sjdbench.config import build_preset, compose_run, decoder_spec
-from sjdbench.decoding.loop import Decoder, jacobi_decode
+from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.decoding.parts import resolve_part
 from sjdbench.decoding.processing import one_hot
 from sjdbench.decoding.topologies.rows import RowsTopology
@@ -43,6 +44,7 @@ def part(kind: str, name: str, adapter=None, **knobs):
 
 
 # -- the chain is the loop it replaced ------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_chain_topology_reproduces_the_loop_before_topologies():
@@ -75,8 +77,11 @@ def test_width_one_tree_is_the_chain(debug):
 
 # -- one masked forward = separate forwards; compaction = fresh prefill ----------------------------
 
+
 def codes(adapter, n: int, seed: int) -> torch.Tensor:
-    return torch.randint(CODE_OFFSET, CODE_OFFSET + adapter.n_codes, (n,), generator=torch.Generator().manual_seed(seed))
+    return torch.randint(
+        CODE_OFFSET, CODE_OFFSET + adapter.n_codes, (n,), generator=torch.Generator().manual_seed(seed)
+    )
 
 
 def committed_cache(adapter, prefix: torch.Tensor, extra: int = 40) -> None:
@@ -171,6 +176,7 @@ def test_rows_forward_equals_each_row_and_prefix_compaction_equals_separate_comm
 
 # -- the tree's plan -----------------------------------------------------------------------------
 
+
 def plan_tree(adapter, topology: TreeTopology, window: int, state_after: int = 1):
     """Plan the first tree window of a decode (the root is segment position 0)."""
     from sjdbench.decoding.inits.neighbours import InitContext
@@ -183,10 +189,18 @@ def plan_tree(adapter, topology: TreeTopology, window: int, state_after: int = 1
     tokens[:state_after] = CODE_OFFSET
     decided = np.zeros(N, dtype=bool)
     decided[:state_after] = True
-    state = DecodeState(tokens, decided, np.zeros(N, dtype=bool), WindowState.empty(V, adapter.device),
-                        adapter.layout, constants.forced)
-    ctx = InitContext(adapter.layout, constants.forced, constants.left_of, constants.above_of,
-                      adapter.image_token_ids, tokens.clone(), torch.full((N,), -1, dtype=torch.long))
+    state = DecodeState(
+        tokens, decided, np.zeros(N, dtype=bool), WindowState.empty(V, adapter.device), adapter.layout, constants.forced
+    )
+    ctx = InitContext(
+        adapter.layout,
+        constants.forced,
+        constants.left_of,
+        constants.above_of,
+        adapter.image_token_ids,
+        tokens.clone(),
+        torch.full((N,), -1, dtype=torch.long),
+    )
     window_ = topology.plan(state, window, part("init", "random"), ctx, torch.Generator().manual_seed(0))
     return window_, state
 
@@ -207,7 +221,7 @@ def test_tree_plan_shape_mask_positions_and_siblings(debug):
         assert set(np.flatnonzero(mask[slot])) == ancestors
     kids = window.children()
     node_of = {int(s): i for i, s in enumerate(window.node_slots)}
-    for slot, children in enumerate(kids):
+    for children in kids:
         if len(children) < 2:
             continue
         toks = [int(window.tokens[c]) for c in children]
@@ -220,8 +234,10 @@ def test_tree_plan_shape_mask_positions_and_siblings(debug):
     assert [int(window.tokens[c]) for c in kids[kids[0][0]]] == [int(window.tokens[c]) for c in kids[kids[0][1]]]
     # every sibling-0 draft is the pending draft of its position (sibling 0 is the chain draft)
     first = [c for c in range(len(window)) if window.parent[c] >= 0 and window.sibling[c] == 0]
-    assert all(int(window.tokens[c]) == int(state.pending.drafts[state.pending.index_of([window.positions[c]])[0]])
-               for c in first)
+    assert all(
+        int(window.tokens[c]) == int(state.pending.drafts[state.pending.index_of([window.positions[c]])[0]])
+        for c in first
+    )
 
 
 def test_tree_forced_positions_have_one_child_and_the_tree_fits_the_window(debug):
@@ -237,6 +253,7 @@ def test_tree_forced_positions_have_one_child_and_the_tree_fits_the_window(debug
 
 # -- verification over siblings -----------------------------------------------------------------
 
+
 def star(p_tokens: list[int], q_tokens: list[int], V: int = 8) -> tuple[Window, torch.Tensor]:
     """A root with siblings q_tokens (one-hot references), each with one child; p given per slot."""
     K = len(q_tokens)
@@ -244,9 +261,16 @@ def star(p_tokens: list[int], q_tokens: list[int], V: int = 8) -> tuple[Window, 
     sibling = np.array([0] + list(range(K)) + [0] * K)
     drafts = torch.tensor(q_tokens + p_tokens)
     nodes = WindowState.drawn(drafts, one_hot(drafts, V), np.ones(2 * K, dtype=np.int64), np.zeros(2 * K, dtype=bool))
-    window = Window(torch.cat([torch.tensor([0]), drafts]), np.array([0] + [1] * K + [2] * K), parent, sibling, nodes,
-                    np.array([True] + [False] * 2 * K), np.array([True] + [False] * 2 * K),
-                    torch.from_numpy(ancestor_mask(parent)))
+    window = Window(
+        torch.cat([torch.tensor([0]), drafts]),
+        np.array([0] + [1] * K + [2] * K),
+        parent,
+        sibling,
+        nodes,
+        np.array([True] + [False] * 2 * K),
+        np.array([True] + [False] * 2 * K),
+        torch.from_numpy(ancestor_mask(parent)),
+    )
     return window, parent
 
 
@@ -317,8 +341,9 @@ def test_greedy_tree_equals_greedy_ar_with_fully_accepted_paths(debug, window, w
     for token, including iterations where every draft of the path passed (bonus from p)."""
     greedy = replace(debug.default_sampling, temperature=0.0)
     ar = build_preset("ar", debug)
-    tree = replace(build_preset("mc_sjd", debug, f"decoder.window={window}"),
-                   topology=CountBonuses(width=width, depth=depth))
+    tree = replace(
+        build_preset("mc_sjd", debug, f"decoder.window={window}"), topology=CountBonuses(width=width, depth=depth)
+    )
     CountBonuses.bonuses = 0
     for seed, prompt in enumerate(["a", "a red circle", "two squares"]):
         expected = jacobi_decode(debug, prompt, ar, greedy, torch.Generator().manual_seed(seed))
@@ -328,6 +353,7 @@ def test_greedy_tree_equals_greedy_ar_with_fully_accepted_paths(debug, window, w
 
 
 # -- rows ----------------------------------------------------------------------------------------
+
 
 class Recorder:
     """Wraps an adapter and records every window forward (positions, mask)."""
@@ -356,7 +382,7 @@ def test_zipar_is_one_token_per_row_per_forward_with_the_row_lag(debug):
     assert row["accepted"] == 0 and row["verified"] == 0  # no drafts, no verification
     assert max(k for k, c in enumerate(row["rows_in_flight"]) if c) == -(-W // s)
     grid_row = debug.layout.row.numpy()
-    for positions, mask in recorder.calls:
+    for positions, _mask in recorder.calls:
         rows = [int(grid_row[p + 1]) for p in positions.tolist() if grid_row[p + 1] >= 0]
         assert len(rows) == len(set(rows)), "one slot per row"
     forced = debug.layout.forced
@@ -401,6 +427,7 @@ def test_pjd_rows_schedule_and_row_causal_mask(debug):
 
 # -- statistics ------------------------------------------------------------------------------------
 
+
 def test_tree_statistics_add_up(toy):
     decoder = build_preset("sjd_pac", toy)
     result = jacobi_decode(toy, PROMPT, decoder, toy.default_sampling, torch.Generator().manual_seed(0))
@@ -433,12 +460,15 @@ def test_presets_run_on_the_toy_and_debug_models(debug, toy):
 
 # -- configuration -------------------------------------------------------------------------------
 
+
 def test_topology_is_a_part_choice_and_the_chain_keeps_run_ids():
     from sjdbench.identity import label, run_id_for
 
     sjd = decoder_spec(compose_run(["decoder=sjd"]))
     assert sjd.topology.name == "chain" and "topology" not in sjd.identity()
-    ids = {run_id_for(compose_run(o), "sha", "cpu") for o in (["decoder=sjd"], ["decoder=sjd", "decoder/topology=chain"])}
+    ids = {
+        run_id_for(compose_run(o), "sha", "cpu") for o in (["decoder=sjd"], ["decoder=sjd", "decoder/topology=chain"])
+    }
     assert len(ids) == 1
     tree = compose_run(["decoder=sjd", "decoder.topology=tree", "decoder.topology.width=4"])
     assert decoder_spec(tree).topology.config.width == 4 and label(tree) == "sjd+tree(K=4)"
@@ -446,13 +476,22 @@ def test_topology_is_a_part_choice_and_the_chain_keeps_run_ids():
     assert run_id_for(tree, "sha", "cpu") not in ids
 
 
-@pytest.mark.parametrize("overrides,needle", [
-    (["decoder/topology=star"], "unknown decoder.topology 'star'; choose one of: chain, rows, tree"),
-    (["decoder=sjd_pac", "decoder.topology.width=0"], "decoder.topology.width must be >= 1"),
-    (["decoder=sjd_pac", "decoder.topology.select=best"], "select 'best' is unknown; choose one of: first, longest"),
-    (["decoder=pjd", "decoder.topology.emit=some"], "emit 'some' is unknown; choose one of: leading, all"),
-    (["decoder=sjd_pac", "decoder.topology.row_start=3"], "row_start belongs to topology rows (decoder/topology=rows)"),
-])
+@pytest.mark.parametrize(
+    "overrides,needle",
+    [
+        (["decoder/topology=star"], "unknown decoder.topology 'star'; choose one of: chain, rows, tree"),
+        (["decoder=sjd_pac", "decoder.topology.width=0"], "decoder.topology.width must be >= 1"),
+        (
+            ["decoder=sjd_pac", "decoder.topology.select=best"],
+            "select 'best' is unknown; choose one of: first, longest",
+        ),
+        (["decoder=pjd", "decoder.topology.emit=some"], "emit 'some' is unknown; choose one of: leading, all"),
+        (
+            ["decoder=sjd_pac", "decoder.topology.row_start=3"],
+            "row_start belongs to topology rows (decoder/topology=rows)",
+        ),
+    ],
+)
 def test_bad_topology_input_fails_with_one_line(overrides, needle):
     from sjdbench.errors import UserError
 
@@ -461,8 +500,10 @@ def test_bad_topology_input_fails_with_one_line(overrides, needle):
     assert needle in str(error.value) and "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("preset, overrides", [("sjd", ["decoder.window=16"]), ("sjd_pac", ["decoder.window=24"]),
-                                               ("pjd", ["decoder.topology.row_start=2"])])
+@pytest.mark.parametrize(
+    "preset, overrides",
+    [("sjd", ["decoder.window=16"]), ("sjd_pac", ["decoder.window=24"]), ("pjd", ["decoder.topology.row_start=2"])],
+)
 def test_draft_traces_list_every_verified_draft_and_change_nothing(debug, preset, overrides):
     """The loop's own draft tracing (what `sjdbench report --trace-drafts` replays with) lists each
     verified content draft once per test, accepted or not, and leaves the decode untouched."""

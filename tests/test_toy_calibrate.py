@@ -1,4 +1,5 @@
 """Toy calibration decodes through the runner: its samples are ordinary, resumable runs."""
+
 import json
 
 from sjdbench.models.toy.calibrate import image_sets, sjd_runs
@@ -15,8 +16,10 @@ def test_calibration_runs_are_ordinary_resumable_runs(tmp_path):
     assert len(scenes) == 3 and sets["ar"].shape == (3, 64, 64, 3)
 
     runs = sorted((tmp_path / "runs").iterdir())
-    summaries = {json.loads((r / "summary.json").read_text())["decoder"]: json.loads((r / "summary.json").read_text())
-                 for r in runs}
+    summaries = {
+        json.loads((r / "summary.json").read_text())["decoder"]: json.loads((r / "summary.json").read_text())
+        for r in runs
+    }
     assert set(summaries) == {"ar", "sjd"} and all(s["finished"] for s in summaries.values())
     assert summaries["ar"]["n_samples"] == 3
     lines = {r.name: (r / "samples.jsonl").read_text() for r in runs}

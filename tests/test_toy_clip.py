@@ -1,4 +1,5 @@
 """The shipped toy CLIP, and its training entry point."""
+
 import numpy as np
 import pytest
 import torch

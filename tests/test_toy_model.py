@@ -1,4 +1,5 @@
 """The shipped toy model: weights, KV-cache exactness, CFG, and decoding through the loop."""
+
 import time
 
 import pytest
@@ -53,7 +54,9 @@ def test_cache_path_equals_full_forward(adapter):
     with torch.no_grad():
         L = full.shape[1]
         index = segment_index(L, prompt.length)  # the training code's segment indexing
-        ref = adapter.model(full, torch.arange(L), pad_mask=mask, segment_index=index)[:, prompt.length - 1 :]  # (2, 101, V)
+        ref = adapter.model(full, torch.arange(L), pad_mask=mask, segment_index=index)[
+            :, prompt.length - 1 :
+        ]  # (2, 101, V)
     # cached: prefill, then windows of varied size, each committed
     adapter.new_cache(prompt, extra=46)
     first = adapter.prefill(prompt, None)
@@ -87,8 +90,13 @@ def test_jacobi_decode_makes_an_image(adapter):
     from sjdbench.decoding.loop import jacobi_decode
 
     parts = build_preset("sjd", adapter, "decoder.window=16")
-    res = jacobi_decode(adapter, "a big green square on the left, on a white wavy background", parts,
-                        adapter.default_sampling, torch.Generator().manual_seed(0))
+    res = jacobi_decode(
+        adapter,
+        "a big green square on the left, on a white wavy background",
+        parts,
+        adapter.default_sampling,
+        torch.Generator().manual_seed(0),
+    )
     assert res.tokens.shape == (16 * 17,)
     codes = adapter.tokens_to_codes(res.tokens)
     assert codes.shape == (16, 16) and int(codes.min()) >= 0 and int(codes.max()) < adapter.n_codes

@@ -1,4 +1,5 @@
 """The oracle object finder that checks whether toy samples draw the captioned shapes."""
+
 import numpy as np
 import pytest
 
@@ -67,7 +68,9 @@ def test_toy_fd_ranks_renders_round_trips_and_noise():
     images, _ = world.render_batch(90210, 0, 48)
     tok = load_toy_tokenizer()
     noise = np.random.default_rng(0).integers(0, 256, images.shape, dtype=np.uint8)
-    fd = fd_calibration(load_toy_clip(), {"renders": images, "roundtrip": tok.decode(tok.encode(images)), "noise": noise}, 256)
+    fd = fd_calibration(
+        load_toy_clip(), {"renders": images, "roundtrip": tok.decode(tok.encode(images)), "noise": noise}, 256
+    )
     assert fd["n_reference"] == 256
     assert fd["renders"] < fd["noise"] and fd["roundtrip"] < fd["noise"]
     assert fd["renders"] <= fd["roundtrip"] * 1.05

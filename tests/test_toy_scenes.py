@@ -1,10 +1,15 @@
 """Toy captions back to scenes: the parser inverts the caption grammar, relational cells follow
 their posterior under the world's layout process, and reference renders are reproducible."""
+
 import numpy as np
 import pytest
 
 from sjdbench.evaluators.toy_scenes import (
-    NotAToyCaption, parse_caption, reference_renders, relational_cells, scene_for_caption,
+    NotAToyCaption,
+    parse_caption,
+    reference_renders,
+    relational_cells,
+    scene_for_caption,
 )
 from sjdbench.models.toy import world
 
@@ -15,7 +20,12 @@ def test_every_world_caption_parses_back_and_a_drawn_scene_has_the_same_caption(
         text = world.caption(scene)
         parsed = parse_caption(text)
         for original, read in zip(scene.objects, parsed.objects, strict=True):
-            assert (read.shape, read.colour, read.size, read.relation) == (original.shape, original.colour, original.size, original.relation)
+            assert (read.shape, read.colour, read.size, read.relation) == (
+                original.shape,
+                original.colour,
+                original.size,
+                original.relation,
+            )
             if read.cell is not None:
                 assert read.cell == original.cell
         assert (parsed.background_colour, parsed.texture) == (scene.background.colour, scene.background.texture)
@@ -25,8 +35,10 @@ def test_every_world_caption_parses_back_and_a_drawn_scene_has_the_same_caption(
 def test_relational_cells_follow_the_world_layout_posterior():
     """'right of the A' then an absolute C at the bottom centre: C is in the same column as B's cell
     (0, 1), which the world captions absolutely only 40 % of the time, so (0, 1) is less likely."""
-    parsed = parse_caption("a big red circle at the top left, a small blue square right of the circle and "
-                           "a big green ring at the bottom, on a white striped background")
+    parsed = parse_caption(
+        "a big red circle at the top left, a small blue square right of the circle and "
+        "a big green ring at the bottom, on a white striped background"
+    )
     assignments, weights = relational_cells(parsed)
     exact = {cells[1]: w for cells, w in zip(assignments, weights)}
     assert exact[(0, 1)] == pytest.approx(0.4 / 1.4) and exact[(0, 2)] == pytest.approx(1.0 / 1.4)
@@ -49,20 +61,25 @@ def test_relational_cells_follow_the_world_layout_posterior():
     assert share_01 == pytest.approx(0.4 / 1.4, abs=4 * np.sqrt(0.2 / match.sum()))
 
 
-@pytest.mark.parametrize("text", [
-    "a photo of a cat",
-    "a big red circle in the middle, on a blue striped background",
-    "a big red blob in the center, on a blue striped background",
-    "a big red circle in the center and a small blue square below the ring, on a blue striped background",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a photo of a cat",
+        "a big red circle in the middle, on a blue striped background",
+        "a big red blob in the center, on a blue striped background",
+        "a big red circle in the center and a small blue square below the ring, on a blue striped background",
+    ],
+)
 def test_text_outside_the_grammar_is_not_a_toy_caption(text):
     with pytest.raises(NotAToyCaption):
         parse_caption(text)
 
 
 def test_reference_renders_are_reproducible_and_differ_across_draws():
-    captions = ["a big red circle in the center, on a blue striped background",
-                "a small yellow square at the top left, on a white cloudy background"]
+    captions = [
+        "a big red circle in the center, on a blue striped background",
+        "a small yellow square at the top left, on a white cloudy background",
+    ]
     first = reference_renders(captions, 2, seed=3)
     assert first.shape == (4, 64, 64, 3) and first.dtype == np.uint8
     assert np.array_equal(first, reference_renders(captions, 2, seed=3))

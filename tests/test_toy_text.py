@@ -1,4 +1,5 @@
 """The toy model's word-level caption tokenizer."""
+
 import pytest
 
 from sjdbench.models.llama_adapter import BOI, BOS, N_TEXT, TEXT_OFFSET, prompt_tokens

@@ -1,11 +1,23 @@
 """Toy training pipeline end to end on a miniature configuration (tokenizer fit, data, train, resume, export)."""
+
 import json
 
 import pytest
 import torch
 
-MINI = dict(n_train=64, n_val=16, n_codes=32, kmeans_images=20, kmeans_iters=3, dim=32, n_layers=1, n_heads=2,
-            batch_size=4, warmup=1, ckpt_minutes=0.0)
+MINI = dict(
+    n_train=64,
+    n_val=16,
+    n_codes=32,
+    kmeans_images=20,
+    kmeans_iters=3,
+    dim=32,
+    n_layers=1,
+    n_heads=2,
+    batch_size=4,
+    warmup=1,
+    ckpt_minutes=0.0,
+)
 
 
 def test_train_resume_and_export(tmp_path):
@@ -45,7 +57,9 @@ def test_fp32_and_bf16_training_agree_at_the_start(tmp_path):
 
     losses = {}
     for precision in ("fp32", "bf16"):
-        meta = train_toy(tmp_path / precision, steps=1, seed=3, threads=1, precision=precision, log=lambda *_: None, **MINI)
+        meta = train_toy(
+            tmp_path / precision, steps=1, seed=3, threads=1, precision=precision, log=lambda *_: None, **MINI
+        )
         losses[precision] = meta["final"]["val_loss"]
     assert abs(losses["fp32"] - losses["bf16"]) < 0.02 * losses["fp32"]
 

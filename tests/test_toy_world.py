@@ -1,4 +1,5 @@
 """The toy world renderer and the patch tokenizer."""
+
 import numpy as np
 
 from sjdbench.models.toy.world import MAX_CAPTION, caption, dataset, render, render_batch, sample_scene

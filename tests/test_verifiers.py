@@ -1,5 +1,6 @@
 """Single-token behaviour of each verification rule, computed exactly from the rule's own code:
 the output distribution of "draft d ~ q, verify, replace on rejection" for given p and q."""
+
 import pytest
 import torch
 
@@ -19,7 +20,9 @@ def output_distribution(verifier, p: torch.Tensor, q: torch.Tensor) -> tuple[tor
         if q[d] == 0:
             continue
         drafts = torch.full((U_GRID.numel(),), d)
-        accept = verifier.accept(p.expand(U_GRID.numel(), V), q.expand(U_GRID.numel(), V), drafts, U_GRID).float().mean()
+        accept = (
+            verifier.accept(p.expand(U_GRID.numel(), V), q.expand(U_GRID.numel(), V), drafts, U_GRID).float().mean()
+        )
         out[d] += q[d] * accept
         out += q[d] * (1 - accept) * verifier.replacement(p, q, torch.tensor(d))
         accept_total += float(q[d] * accept)
@@ -84,7 +87,10 @@ def test_lantern_tv_shift_is_bounded_by_delta(seed, one_hot, delta, reading):
             drafts = torch.full((U_GRID.numel(),), d)
             args = (p.expand(U_GRID.numel(), 12), q.expand(U_GRID.numel(), 12), drafts, U_GRID)
             a, a0 = verifier.accept(*args).float().mean(), exact.accept(*args).float().mean()
-            res_shift = 0.5 * (verifier.replacement(p, q, torch.tensor(d)) - exact.replacement(p, q, torch.tensor(d))).abs().sum()
+            res_shift = (
+                0.5
+                * (verifier.replacement(p, q, torch.tensor(d)) - exact.replacement(p, q, torch.tensor(d))).abs().sum()
+            )
             bound += float(q[d] * ((a - a0) + (1 - a) * res_shift))
         assert tv <= bound + 2e-4
 

@@ -1,4 +1,5 @@
 """VP maths against hand-computed values."""
+
 import math
 
 import torch

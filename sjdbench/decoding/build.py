@@ -5,6 +5,7 @@ Resolution happens at config time, before any model loads, so every unknown part
 out-of-range value fails with one line; building needs the adapter only for what a part reads from
 the model (LANTERN's codebook, GSD's embeddings).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,7 +16,12 @@ from sjdbench.decoding.parts import KINDS, PartSpec, default_spec, resolve_part
 from sjdbench.errors import UserError
 
 GROWTH_READINGS = ("increases", "observations")
-AR_PARTS = {"proposal": "resample", "verifier": "exact", "init": "random", "topology": "chain"}  # what W = 1 needs (greedy: argmax AR)
+AR_PARTS = {
+    "proposal": "resample",
+    "verifier": "exact",
+    "init": "random",
+    "topology": "chain",
+}  # what W = 1 needs (greedy: argmax AR)
 DEFAULT_TOPOLOGY = "chain"  # a decoder config that names no topology has SJD's one-row window
 
 
@@ -57,8 +63,11 @@ class DecoderSpec:
         """
         if self.is_ar:
             return {"window": 1, "greedy": self.greedy}
-        parts = {kind: part.identity() for kind, part in self.parts().items()
-                 if not (kind == "topology" and part.name == DEFAULT_TOPOLOGY)}
+        parts = {
+            kind: part.identity()
+            for kind, part in self.parts().items()
+            if not (kind == "topology" and part.name == DEFAULT_TOPOLOGY)
+        }
         return {
             "window": self.window,
             **parts,
@@ -71,14 +80,18 @@ class DecoderSpec:
         if self.is_ar:
             for kind, part in self.parts().items():
                 if part.name not in (AR_PARTS[kind], "greedy"):
-                    notes.append(f"decoder.{kind} '{part.name}' does nothing at window=1 (AR); it is not part of the run id")
+                    notes.append(
+                        f"decoder.{kind} '{part.name}' does nothing at window=1 (AR); it is not part of the run id"
+                    )
             return notes
         for kind, part in self.parts().items():
             defaults = default_spec(kind, part.name).config
             for knob in sorted(part.config.unused()):
                 if getattr(part.config, knob) != getattr(defaults, knob):
-                    notes.append(f"decoder.{kind}.{knob} does nothing with these settings of {kind} '{part.name}'; "
-                                 "it is not part of the run id")
+                    notes.append(
+                        f"decoder.{kind}.{knob} does nothing with these settings of {kind} '{part.name}'; "
+                        "it is not part of the run id"
+                    )
         return notes
 
     def build(self, adapter: Any, track_growth: bool = True, trace_drafts: bool = False) -> Decoder:
@@ -103,15 +116,22 @@ def resolve_decoder(config: Any) -> DecoderSpec:
     if config.growth_steps < 1:
         raise UserError(f"decoder.growth_steps must be >= 1, got {config.growth_steps}")
     if config.growth_reading not in GROWTH_READINGS:
-        raise UserError(f"unknown decoder.growth_reading '{config.growth_reading}'; choose one of: {', '.join(GROWTH_READINGS)}")
+        raise UserError(
+            f"unknown decoder.growth_reading '{config.growth_reading}'; choose one of: {', '.join(GROWTH_READINGS)}"
+        )
     if config.trace_positions < 0:
         raise UserError(f"decoder.trace_positions must be >= 0, got {config.trace_positions}")
     raw = {kind: getattr(config, kind, None) for kind in KINDS}
     if not raw["topology"]:
         raw["topology"] = DEFAULT_TOPOLOGY
     parts = {kind: resolve_part(kind, raw[kind], f"decoder.{kind}") for kind in KINDS}
-    return DecoderSpec(config.window, growth_steps=config.growth_steps, growth_reading=config.growth_reading,
-                       trace_positions=config.trace_positions, **parts)
+    return DecoderSpec(
+        config.window,
+        growth_steps=config.growth_steps,
+        growth_reading=config.growth_reading,
+        trace_positions=config.trace_positions,
+        **parts,
+    )
 
 
 def resolved_settings(decoder: Decoder) -> dict:

@@ -8,6 +8,7 @@ position observed least recently is handed over (decided positions are never obs
 `n_rows` must only cover the positions observed in one iteration, not the span between them. Reads
 gather the last k distributions of a whole window in one indexing op on the device.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -59,7 +60,9 @@ class ProbabilityHistory:
             self.count[torch.as_tensor(new_owners, dtype=torch.long, device=device)] = 0
         return rows_t
 
-    def push(self, positions: torch.Tensor, probs: torch.Tensor, host_positions: np.ndarray | list[int] | None = None) -> None:
+    def push(
+        self, positions: torch.Tensor, probs: torch.Tensor, host_positions: np.ndarray | list[int] | None = None
+    ) -> None:
         """Record this iteration's distributions probs (L, V) at distinct positions (L,).
 
         host_positions: the same positions on the host (the loop knows them; passing them avoids a

@@ -11,6 +11,7 @@ Per iteration (docs/ALGORITHMS.md §0-§5):
 5. propose: the slots past where each walk stopped turn their p into next iteration's drafts.
 AR is this loop with W = 1. The loop never knows which model it drives.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -77,8 +78,9 @@ def loop_constants(adapter: ImageARAdapter) -> LoopConstants:
     legal[adapter.image_token_ids] = True
     forced = layout.forced.to(device)
     left_of, above_of = neighbour_tables(layout)
-    constants = LoopConstants(forced, (layout.forced < 0).numpy(), StructureMasks(forced, legal), left_of, above_of,
-                              layout.row.numpy())
+    constants = LoopConstants(
+        forced, (layout.forced < 0).numpy(), StructureMasks(forced, legal), left_of, above_of, layout.row.numpy()
+    )
     try:
         adapter._loop_constants = constants
     except AttributeError:  # adapters with __slots__: rebuild each call
@@ -140,8 +142,9 @@ def jacobi_decode(
         sampling = replace(sampling, temperature=0.0)
     constants = loop_constants(adapter)
     masks = constants.masks
-    stats = DecodeStats.empty(W, n_tokens=N, n_content=int(constants.content.sum()), grid_rows=layout.grid_hw[0],
-                              siblings=topology.siblings())
+    stats = DecodeStats.empty(
+        W, n_tokens=N, n_content=int(constants.content.sum()), grid_rows=layout.grid_hw[0], siblings=topology.siblings()
+    )
     depth = max(decoder.growth_observations, decoder.proposal.history_depth, 16 if decoder.trace_drafts else 8)
     keep_history = W > 1 and (decoder.track_growth or decoder.proposal.history_depth > 0)
     history = ProbabilityHistory(topology.history_rows(W), depth, V, device, N) if keep_history else None
@@ -157,9 +160,18 @@ def jacobi_decode(
     stats.nfe = 1
     decided = np.zeros(N, dtype=bool)
     decided[0] = True
-    state = DecodeState(tokens, decided, np.zeros(N, dtype=bool), WindowState.empty(V, device), layout, constants.forced)
-    ctx = InitContext(layout, constants.forced, constants.left_of, constants.above_of, adapter.image_token_ids,
-                      tokens.clone(), torch.full((N,), -1, dtype=torch.long, device=device))
+    state = DecodeState(
+        tokens, decided, np.zeros(N, dtype=bool), WindowState.empty(V, device), layout, constants.forced
+    )
+    ctx = InitContext(
+        layout,
+        constants.forced,
+        constants.left_of,
+        constants.above_of,
+        adapter.image_token_ids,
+        tokens.clone(),
+        torch.full((N,), -1, dtype=torch.long, device=device),
+    )
 
     while not state.done():
         # 1. the window's slots; never-predicted positions get drafts from the init
@@ -181,7 +193,9 @@ def jacobi_decode(
         accepted_pos = window.positions[accepted]
         emitted_pos = window.positions[np.array(verdict.emit_slots, dtype=np.int64)] + 1
         if accepted.size:
-            tokens[torch.as_tensor(accepted_pos, device=device)] = window.tokens[torch.as_tensor(accepted, device=device)]
+            tokens[torch.as_tensor(accepted_pos, device=device)] = window.tokens[
+                torch.as_tensor(accepted, device=device)
+            ]
         if emitted_pos.size:
             tokens[torch.as_tensor(emitted_pos, device=device)] = verdict.emitted
         new = np.sort(np.concatenate([accepted_pos, emitted_pos, np.array(window.decided_now, dtype=np.int64)]))
@@ -219,8 +233,9 @@ def jacobi_decode(
     return DecodeResult(tokens.cpu(), stats)
 
 
-def _trace_drafts(stats: DecodeStats, window: Window, verdict: Verdict, constants: LoopConstants,
-                  history: ProbabilityHistory) -> None:
+def _trace_drafts(
+    stats: DecodeStats, window: Window, verdict: Verdict, constants: LoopConstants, history: ProbabilityHistory
+) -> None:
     """Every draft the verifier decided on at a content position: its token's probability at its
     position over the iterations up to this one, and whether it passed (SJD-VP's accepted vs
     rejected trajectories). Any topology: a tree's siblings and each row's drafts are listed alike."""
@@ -229,19 +244,35 @@ def _trace_drafts(stats: DecodeStats, window: Window, verdict: Verdict, constant
         pos = int(window.positions[slot])
         if constants.content[pos]:
             token = int(window.tokens[slot])
-            stats.draft_traces.append({"pos": pos, "token": token, "accepted": slot in accepted,
-                                       "probs": history.trajectory(pos, token)})
+            stats.draft_traces.append(
+                {"pos": pos, "token": token, "accepted": slot in accepted, "probs": history.trajectory(pos, token)}
+            )
 
 
-def _record(stats: DecodeStats, window: Window, verdict: Verdict, m: int, constants: LoopConstants,
-            growth: torch.Tensor | None, observed: torch.Tensor | None, row_of: np.ndarray) -> None:
+def _record(
+    stats: DecodeStats,
+    window: Window,
+    verdict: Verdict,
+    m: int,
+    constants: LoopConstants,
+    growth: torch.Tensor | None,
+    observed: torch.Tensor | None,
+    row_of: np.ndarray,
+) -> None:
     """Statistics of the drafts the verifier decided on this iteration."""
     tested = np.array(verdict.tested, dtype=np.int64)
     nodes = window.node_of[tested]
     positions = window.positions[tested]
     accepted = np.isin(tested, np.array(verdict.accepted, dtype=np.int64))
-    host = (m, window.depth()[tested], window.sibling[tested], constants.grid_row[positions], accepted,
-            constants.content[positions], window.nodes.fresh[nodes])
+    host = (
+        m,
+        window.depth()[tested],
+        window.sibling[tested],
+        constants.grid_row[positions],
+        accepted,
+        constants.content[positions],
+        window.nodes.fresh[nodes],
+    )
     if growth is None:
         stats.record_tests(*host)
         return
@@ -251,8 +282,19 @@ def _record(stats: DecodeStats, window: Window, verdict: Verdict, m: int, consta
     stats.record_tests(*host, window.nodes.grew[index], window.nodes.eligible[index], grew_verify, observed[rows])
 
 
-def _propose(decoder: Decoder, window: Window, verdict: Verdict, p: torch.Tensor, state: DecodeState,
-             ctx: InitContext, history, growth, observed, row_of: np.ndarray, generator: torch.Generator) -> WindowState:
+def _propose(
+    decoder: Decoder,
+    window: Window,
+    verdict: Verdict,
+    p: torch.Tensor,
+    state: DecodeState,
+    ctx: InitContext,
+    history,
+    growth,
+    observed,
+    row_of: np.ndarray,
+    generator: torch.Generator,
+) -> WindowState:
     """The pending drafts after this iteration: the continuation's proposals plus every earlier
     draft whose position is neither decided nor re-proposed."""
     cont = np.array(verdict.continuation, dtype=np.int64)
@@ -273,8 +315,9 @@ def _propose(decoder: Decoder, window: Window, verdict: Verdict, p: torch.Tensor
     proposal_ctx = ProposalContext(targets, history, cont_growth, generator)
     drafts, refs = decoder.proposal.propose(p[cont_t], _carried(window, carried, p.shape[-1]), proposal_ctx)
     if growth is not None:
-        proposed = WindowState.proposed(drafts, refs, target_host, cont_growth.gather(-1, drafts[:, None]).squeeze(-1),
-                                        observed[rows])
+        proposed = WindowState.proposed(
+            drafts, refs, target_host, cont_growth.gather(-1, drafts[:, None]).squeeze(-1), observed[rows]
+        )
     else:
         proposed = WindowState.proposed(drafts, refs, target_host)
     ctx.guess[targets] = drafts

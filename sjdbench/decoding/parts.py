@@ -15,6 +15,7 @@ class built from it. It is registered by one YAML, `conf/decoder/<kind>/<name>.y
 registry, and a new part needs no edit anywhere else. Extra config directories (for parts of your
 own) come from `SJDBENCH_CONFIG_PATH`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -61,11 +62,12 @@ class KnoblessPart:
     Config = NoKnobs
 
     @classmethod
-    def build(cls, config: NoKnobs, adapter: Any = None) -> "KnoblessPart":
+    def build(cls, config: NoKnobs, adapter: Any = None) -> KnoblessPart:
         return cls()
 
 
 # -- the interfaces the loop depends on -----------------------------------------------------------
+
 
 @dataclass
 class Carried:
@@ -112,7 +114,7 @@ class Init(Protocol):
     """An init may also define `references(drafts, positions, ctx, vocab_size) -> (F, V)`: the
     distributions its drafts were drawn from, used as their reference q (default: one-hot)."""
 
-    def fill(self, positions: list[int], ctx: "InitContext", generator: torch.Generator) -> torch.Tensor:
+    def fill(self, positions: list[int], ctx: InitContext, generator: torch.Generator) -> torch.Tensor:
         """Drafts (F,) for never-predicted positions (ascending); their reference q is one-hot unless
         the init states `references`."""
         ...
@@ -122,8 +124,7 @@ class Init(Protocol):
 class Topology(Protocol):
     select: str  # how the accepted path is chosen: "first" (recursive rejection sampling) | "longest"
 
-    def plan(self, state: "DecodeState", window: int, init: Init, ctx: "InitContext",
-             generator: torch.Generator) -> "Window":
+    def plan(self, state: DecodeState, window: int, init: Init, ctx: InitContext, generator: torch.Generator) -> Window:
         """The slots of the next forward (at most `window`), drafting never-predicted positions with
         the init; the forward's slot i predicts position positions[i] + 1."""
         ...
@@ -138,6 +139,7 @@ class Topology(Protocol):
 
 
 # -- the registry ---------------------------------------------------------------------------------
+
 
 def config_dirs() -> list[Path]:
     """The built-in config tree, then the directories in SJDBENCH_CONFIG_PATH (os.pathsep-separated)."""
@@ -186,7 +188,7 @@ class PartSpec:
     name: str
     target: str
     config: PartConfig
-    children: dict[str, "PartSpec"] = field(default_factory=dict)
+    children: dict[str, PartSpec] = field(default_factory=dict)
 
     @property
     def cls(self) -> type:
@@ -201,7 +203,7 @@ class PartSpec:
         """What run ids hash: the part's name, the knobs it reads, and its nested parts."""
         return {"name": self.name, **self.knobs(), **{k: c.identity() for k, c in self.children.items()}}
 
-    def label_knobs(self, reference: "PartSpec | None" = None) -> list[str]:
+    def label_knobs(self, reference: PartSpec | None = None) -> list[str]:
         """'knob=value' for every knob that differs from `reference` (the same part in the preset),
         or from this part's own defaults when there is no such reference."""
         if reference is None or reference.name != self.name:

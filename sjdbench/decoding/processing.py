@@ -4,6 +4,7 @@ CFG mix -> structure mask (legal image ids; forced positions one-hot) -> tempera
 top-p -> softmax. Drafts and targets must be processed identically or the ratio test is meaningless,
 so there is exactly one function for it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,7 +28,9 @@ class StructureMasks:
 
     def __init__(self, forced: torch.Tensor, legal: torch.Tensor) -> None:
         forced_ids = sorted(set(forced[forced >= 0].tolist()))
-        rows = [legal] + [torch.zeros_like(legal).index_fill_(0, torch.tensor([f], device=legal.device), True) for f in forced_ids]
+        rows = [legal] + [
+            torch.zeros_like(legal).index_fill_(0, torch.tensor([f], device=legal.device), True) for f in forced_ids
+        ]
         self.rows = torch.stack(rows)  # (1 + F, V)
         lookup = {f: i + 1 for i, f in enumerate(forced_ids)}
         self.index = torch.tensor([lookup.get(int(f), 0) for f in forced.tolist()], device=legal.device)  # (N,)

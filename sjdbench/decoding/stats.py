@@ -10,6 +10,7 @@ along the accepted path (siblings before the accepted one were rejected), in row
 `slot_*` are indexed by a draft's depth below its root (the chain's window slot; a tree's depth; the
 slot within a row), `sibling_*` by its index among siblings (trees), `row_*` by its grid row.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -49,14 +50,21 @@ class DecodeStats:
     draft_traces: list = field(default_factory=list)  # verified drafts' trajectories, when the decoder traces them
 
     @staticmethod
-    def empty(window: int, n_tokens: int, n_content: int, grid_rows: int = 0, siblings: int = 1) -> "DecodeStats":
+    def empty(window: int, n_tokens: int, n_content: int, grid_rows: int = 0, siblings: int = 1) -> DecodeStats:
         slots = max(window - 1, 1)
         zeros = lambda n: np.zeros(n, dtype=np.int64)  # noqa: E731
         return DecodeStats(
-            window=window, n_tokens=n_tokens, n_content=n_content,
-            accept_len_hist=zeros(2 * window + 2), slot_accepted=zeros(slots), slot_verified=zeros(slots),
-            sibling_accepted=zeros(max(siblings, 1)), sibling_verified=zeros(max(siblings, 1)),
-            row_accepted=zeros(grid_rows), row_verified=zeros(grid_rows), rows_in_flight=zeros(window + 1),
+            window=window,
+            n_tokens=n_tokens,
+            n_content=n_content,
+            accept_len_hist=zeros(2 * window + 2),
+            slot_accepted=zeros(slots),
+            slot_verified=zeros(slots),
+            sibling_accepted=zeros(max(siblings, 1)),
+            sibling_verified=zeros(max(siblings, 1)),
+            row_accepted=zeros(grid_rows),
+            row_verified=zeros(grid_rows),
+            rows_in_flight=zeros(window + 1),
         )
 
     def record_forward(self, slots: int, rows: int) -> None:
@@ -65,16 +73,29 @@ class DecodeStats:
         self.slots_fed += slots
         self.rows_in_flight[min(rows, len(self.rows_in_flight) - 1)] += 1
 
-    def record_tests(self, m: int, depth: np.ndarray, sibling: np.ndarray, row: np.ndarray, accepted: np.ndarray,
-                     content: np.ndarray, fresh: np.ndarray, grew=None, eligible=None, grew_verify=None,
-                     eligible_verify=None) -> None:
+    def record_tests(
+        self,
+        m: int,
+        depth: np.ndarray,
+        sibling: np.ndarray,
+        row: np.ndarray,
+        accepted: np.ndarray,
+        content: np.ndarray,
+        fresh: np.ndarray,
+        grew=None,
+        eligible=None,
+        grew_verify=None,
+        eligible_verify=None,
+    ) -> None:
         """One iteration that decided m tokens and tested T drafts, one entry per test (host arrays
         (T,): depth >= 1, sibling index, grid row (-1 forced), accepted, content, fresh).
 
         grew/eligible (T,) device: the growth mask M on each draft when it was proposed (what VP can
         see); grew_verify/eligible_verify: growth over the last N iterations ending at this verification."""
         if m >= len(self.accept_len_hist):
-            self.accept_len_hist = np.concatenate([self.accept_len_hist, np.zeros(m + 1 - len(self.accept_len_hist), dtype=np.int64)])
+            self.accept_len_hist = np.concatenate(
+                [self.accept_len_hist, np.zeros(m + 1 - len(self.accept_len_hist), dtype=np.int64)]
+            )
         self.accept_len_hist[m] += 1
         if depth.size == 0:
             return
@@ -124,7 +145,9 @@ class DecodeStats:
             "verified_no_fresh": self.verified_no_fresh,
             "acceptance_rate": ratio(self.accepted, self.verified),
             "acceptance_rate_no_fresh": ratio(self.accepted_no_fresh, self.verified_no_fresh),
-            "mean_accepted_length": ratio(float((self.accept_len_hist * np.arange(len(self.accept_len_hist))).sum()), self.iterations),
+            "mean_accepted_length": ratio(
+                float((self.accept_len_hist * np.arange(len(self.accept_len_hist))).sum()), self.iterations
+            ),
             "accept_len_hist": self.accept_len_hist[: last + 1].tolist(),
             "slot_accepted": self.slot_accepted.tolist(),
             "slot_verified": self.slot_verified.tolist(),
@@ -180,7 +203,9 @@ def summarize_topology(rows: list[dict]) -> dict:
     return {
         "tokens_per_forward": ratio(total("n_tokens"), total("nfe")),
         "slots_per_forward": ratio(total("slots_fed"), total("iterations")),
-        "depth_acceptance": [ratio(a, v) for a, v in zip(_pooled(rows, "slot_accepted"), _pooled(rows, "slot_verified"))],
+        "depth_acceptance": [
+            ratio(a, v) for a, v in zip(_pooled(rows, "slot_accepted"), _pooled(rows, "slot_verified"))
+        ],
         "sibling_acceptance": [ratio(a, v) for a, v in zip(sib_acc, sib_ver)],
         "sibling_share": [ratio(a, sum(sib_acc)) for a in sib_acc],
         "row_acceptance": [ratio(a, v) for a, v in zip(_pooled(rows, "row_accepted"), _pooled(rows, "row_verified"))],

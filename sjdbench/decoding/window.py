@@ -15,6 +15,7 @@ is a draft whose parent is the slot it follows. A chain is one root with one chi
 draft tree is one root with several children per slot (siblings), rows in flight are one chain per
 row. Each slot sees its ancestors only, which is the attention mask over the window.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,21 +41,38 @@ class WindowState:
             self.positions = np.zeros(self.drafts.numel(), dtype=np.int64)
 
     @staticmethod
-    def empty(vocab_size: int, device: torch.device) -> "WindowState":
+    def empty(vocab_size: int, device: torch.device) -> WindowState:
         no = torch.zeros(0, dtype=torch.bool, device=device)
-        return WindowState(torch.zeros(0, dtype=torch.long, device=device), torch.zeros(0, vocab_size, device=device),
-                           np.zeros(0, dtype=bool), no, no, np.zeros(0, dtype=np.int64))
+        return WindowState(
+            torch.zeros(0, dtype=torch.long, device=device),
+            torch.zeros(0, vocab_size, device=device),
+            np.zeros(0, dtype=bool),
+            no,
+            no,
+            np.zeros(0, dtype=np.int64),
+        )
 
     @staticmethod
-    def proposed(drafts: torch.Tensor, refs: torch.Tensor, positions: np.ndarray, grew: torch.Tensor | None = None,
-                 eligible: torch.Tensor | None = None) -> "WindowState":
+    def proposed(
+        drafts: torch.Tensor,
+        refs: torch.Tensor,
+        positions: np.ndarray,
+        grew: torch.Tensor | None = None,
+        eligible: torch.Tensor | None = None,
+    ) -> WindowState:
         """Drafts (S,) drawn by a proposal (not fresh) for `positions` (S,); growth flags default to False."""
         no = torch.zeros_like(drafts, dtype=torch.bool)
-        return WindowState(drafts, refs, np.zeros(drafts.numel(), dtype=bool), no if grew is None else grew,
-                           no if eligible is None else eligible, np.asarray(positions, dtype=np.int64))
+        return WindowState(
+            drafts,
+            refs,
+            np.zeros(drafts.numel(), dtype=bool),
+            no if grew is None else grew,
+            no if eligible is None else eligible,
+            np.asarray(positions, dtype=np.int64),
+        )
 
     @staticmethod
-    def drawn(drafts: torch.Tensor, refs: torch.Tensor, positions: np.ndarray, fresh: np.ndarray) -> "WindowState":
+    def drawn(drafts: torch.Tensor, refs: torch.Tensor, positions: np.ndarray, fresh: np.ndarray) -> WindowState:
         """Drafts drawn by the loop itself (a tree's extra siblings), with their references."""
         no = torch.zeros_like(drafts, dtype=torch.bool)
         return WindowState(drafts, refs, np.asarray(fresh, dtype=bool), no, no, np.asarray(positions, dtype=np.int64))
@@ -62,8 +80,9 @@ class WindowState:
     def __len__(self) -> int:
         return int(self.drafts.numel())
 
-    def append_fresh(self, drafts: torch.Tensor, positions: np.ndarray | list[int],
-                     refs: torch.Tensor | None = None) -> "WindowState":
+    def append_fresh(
+        self, drafts: torch.Tensor, positions: np.ndarray | list[int], refs: torch.Tensor | None = None
+    ) -> WindowState:
         """Add init drafts (F,) for `positions` (F,) after the existing entries; their reference is
         `refs` (F, V) when the init drew them from a distribution, else one-hot."""
         no = torch.zeros_like(drafts, dtype=torch.bool)
@@ -76,34 +95,42 @@ class WindowState:
             np.concatenate([self.positions, np.asarray(positions, dtype=np.int64)]),
         )
 
-    def concat(self, other: "WindowState") -> "WindowState":
-        return WindowState(torch.cat([self.drafts, other.drafts]), torch.cat([self.refs, other.refs]),
-                           np.concatenate([self.fresh, other.fresh]), torch.cat([self.grew, other.grew]),
-                           torch.cat([self.eligible, other.eligible]), np.concatenate([self.positions, other.positions]))
+    def concat(self, other: WindowState) -> WindowState:
+        return WindowState(
+            torch.cat([self.drafts, other.drafts]),
+            torch.cat([self.refs, other.refs]),
+            np.concatenate([self.fresh, other.fresh]),
+            torch.cat([self.grew, other.grew]),
+            torch.cat([self.eligible, other.eligible]),
+            np.concatenate([self.positions, other.positions]),
+        )
 
-    def head(self, n: int) -> "WindowState":
+    def head(self, n: int) -> WindowState:
         """The first n entries."""
-        return WindowState(self.drafts[:n], self.refs[:n], self.fresh[:n], self.grew[:n], self.eligible[:n],
-                           self.positions[:n])
+        return WindowState(
+            self.drafts[:n], self.refs[:n], self.fresh[:n], self.grew[:n], self.eligible[:n], self.positions[:n]
+        )
 
-    def keep_from(self, m: int) -> "WindowState":
+    def keep_from(self, m: int) -> WindowState:
         """The entries from m on (those not committed this iteration)."""
-        return WindowState(self.drafts[m:], self.refs[m:], self.fresh[m:], self.grew[m:], self.eligible[m:],
-                           self.positions[m:])
+        return WindowState(
+            self.drafts[m:], self.refs[m:], self.fresh[m:], self.grew[m:], self.eligible[m:], self.positions[m:]
+        )
 
-    def gather(self, index: np.ndarray | torch.Tensor) -> "WindowState":
+    def gather(self, index: np.ndarray | torch.Tensor) -> WindowState:
         """The entries at `index` (k,), in that order (one path of a tree, the rows still in flight)."""
         host = index.cpu().numpy() if isinstance(index, torch.Tensor) else np.asarray(index, dtype=np.int64)
         dev = torch.as_tensor(host, dtype=torch.long, device=self.drafts.device)
-        return WindowState(self.drafts[dev], self.refs[dev], self.fresh[host], self.grew[dev], self.eligible[dev],
-                           self.positions[host])
+        return WindowState(
+            self.drafts[dev], self.refs[dev], self.fresh[host], self.grew[dev], self.eligible[dev], self.positions[host]
+        )
 
     def index_of(self, positions: np.ndarray | list[int]) -> np.ndarray:
         """(k,) entry index of each position, -1 where no draft waits for it."""
         lookup = {int(p): i for i, p in enumerate(self.positions)}
         return np.array([lookup.get(int(p), -1) for p in positions], dtype=np.int64)
 
-    def sorted(self) -> "WindowState":
+    def sorted(self) -> WindowState:
         order = np.argsort(self.positions, kind="stable")
         return self if bool((order == np.arange(len(order))).all()) else self.gather(order)
 

@@ -1,11 +1,12 @@
 """Evaluators: one class per score, imported lazily so that listing them never loads a backbone.
 
-    toy_clip     toy CLIP-Score (offline)                     sjdbench/evaluators/toy.py
-    toy_fd       Fréchet distance in toy-CLIP feature space    sjdbench/evaluators/toy.py
-    toy_objects  object accuracy from the oracle object finder sjdbench/evaluators/toy.py
-    clip_score   CLIP-Score with open_clip                    sjdbench/evaluators/clip_score.py
-    fid, kid     FID and KID with torchmetrics (Inception)    sjdbench/evaluators/inception.py
+toy_clip     toy CLIP-Score (offline)                     sjdbench/evaluators/toy.py
+toy_fd       Fréchet distance in toy-CLIP feature space    sjdbench/evaluators/toy.py
+toy_objects  object accuracy from the oracle object finder sjdbench/evaluators/toy.py
+clip_score   CLIP-Score with open_clip                    sjdbench/evaluators/clip_score.py
+fid, kid     FID and KID with torchmetrics (Inception)    sjdbench/evaluators/inception.py
 """
+
 from __future__ import annotations
 
 import importlib

@@ -13,6 +13,7 @@ Two levels:
 - set metrics (FID, KID, toy FD): a distance between the run's feature set and a reference set;
   compared against the AR run on the same reference, and against the AR-vs-AR noise floor.
 """
+
 from __future__ import annotations
 
 import json
@@ -91,8 +92,10 @@ def open_run(run_dir: Path) -> RunView:
     env = json.loads((run_dir / "env.json").read_text())
     prompts, sha = load_prompts(dataclasses.replace(config.data, limit=None, shard=None))  # the whole set
     if env.get("prompts_sha") and env["prompts_sha"] != sha:
-        raise UserError(f"the prompt set of run {run_dir.name} ({config.data.name}) has changed since it ran "
-                        f"(sha {sha}, run {env['prompts_sha']}); point data.path at the file it used")
+        raise UserError(
+            f"the prompt set of run {run_dir.name} ({config.data.name}) has changed since it ran "
+            f"(sha {sha}, run {env['prompts_sha']}); point data.path at the file it used"
+        )
     rows = {(r["prompt_id"], r.get("sample", 0)): r for r in RunStore(run_dir.parent.parent, run_dir.name).rows()}
     samples = []
     for prompt in prompts:
@@ -138,8 +141,10 @@ class Evaluator:
     def images(self, samples: list[Sample]) -> list[np.ndarray]:
         missing = [s for s in samples if s.image is None or not s.image.exists()]
         if missing:
-            raise Refused(f"{self.name} needs the run's images, and sample {missing[0].key} has none "
-                          "(runs with save_images=false cannot be scored)")
+            raise Refused(
+                f"{self.name} needs the run's images, and sample {missing[0].key} has none "
+                "(runs with save_images=false cannot be scored)"
+            )
         return [load_image(s.image) for s in samples]
 
 
@@ -186,6 +191,8 @@ class SetMetric(Evaluator):
 
     def check(self, n: int) -> None:
         if self.feature_dim and n < self.feature_dim and not self.settings.force:
-            raise Refused(f"{self.name} refused: N = {n} samples is below the {self.feature_dim} feature dimensions, "
-                          "so the covariance is rank-deficient and the distance is dominated by its small-N bias; "
-                          f"score at least {self.feature_dim} samples, or pass eval.force=true")
+            raise Refused(
+                f"{self.name} refused: N = {n} samples is below the {self.feature_dim} feature dimensions, "
+                "so the covariance is rank-deficient and the distance is dominated by its small-N bias; "
+                f"score at least {self.feature_dim} samples, or pass eval.force=true"
+            )

@@ -11,6 +11,7 @@ Weights are never downloaded here: an open_clip tag is resolved in the local cac
 Hugging Face hub cache, then open_clip's URL cache), so a missing file fails at once with one line
 naming the file and where to put it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,7 +42,9 @@ def resolve_weights(model: str, pretrained: str, cache_dir: str | None) -> Path:
     cfg = get_pretrained_cfg(model, pretrained)
     if not cfg:
         tags = ", ".join(list_pretrained_tags_by_model(model)) or "none"
-        raise UserError(f"open_clip has no weights '{pretrained}' for {model}; tags: {tags}, or pass a local weights file")
+        raise UserError(
+            f"open_clip has no weights '{pretrained}' for {model}; tags: {tags}, or pass a local weights file"
+        )
     hub = cfg.get("hf_hub", "")
     if hub:
         model_id, filename = os.path.split(hub)
@@ -56,11 +59,17 @@ def resolve_weights(model: str, pretrained: str, cache_dir: str | None) -> Path:
             return cached
     from huggingface_hub.constants import HF_HUB_CACHE
 
-    where = [f"open_clip_model.safetensors of the Hugging Face repo {hub.rstrip('/')} into {cache_dir or HF_HUB_CACHE}"] if hub else []
+    where = (
+        [f"open_clip_model.safetensors of the Hugging Face repo {hub.rstrip('/')} into {cache_dir or HF_HUB_CACHE}"]
+        if hub
+        else []
+    )
     if url:
         where.append(f"{os.path.basename(url)} ({url}) into {Path(cache_dir or '~/.cache/clip').expanduser()}")
-    raise UserError(f"CLIP weights {model}/{pretrained} are not on this machine (no download is attempted): place "
-                    f"{' or '.join(where)}, or pass eval.clip.pretrained=<local weights file>")
+    raise UserError(
+        f"CLIP weights {model}/{pretrained} are not on this machine (no download is attempted): place "
+        f"{' or '.join(where)}, or pass eval.clip.pretrained=<local weights file>"
+    )
 
 
 @functools.lru_cache(maxsize=2)
@@ -71,8 +80,14 @@ def load_clip(model: str, weights: str, kwargs_key: tuple, device: str):
 
     kwargs = _thaw(kwargs_key) if kwargs_key else {}
     net, _, transform = open_clip.create_model_and_transforms(model, pretrained=weights, device=device, **kwargs)
-    tokenizer = open_clip.get_tokenizer(model, **({"context_length": kwargs["text_cfg"]["context_length"]}
-                                                  if "context_length" in kwargs.get("text_cfg", {}) else {}))
+    tokenizer = open_clip.get_tokenizer(
+        model,
+        **(
+            {"context_length": kwargs["text_cfg"]["context_length"]}
+            if "context_length" in kwargs.get("text_cfg", {})
+            else {}
+        ),
+    )
     return net.eval(), transform, tokenizer
 
 
@@ -113,16 +128,23 @@ class ClipScore(SampleMetric):
 
     def _loaded(self):
         kwargs = _freeze(dict(self.clip.model_kwargs))
-        net, transform, tokenizer = load_clip(self.clip.model, str(self.weights), kwargs, eval_device(self.settings.device))
+        net, transform, tokenizer = load_clip(
+            self.clip.model, str(self.weights), kwargs, eval_device(self.settings.device)
+        )
         return net, transform, tokenizer
 
     def measure_protocol(self) -> dict:
         _, transform, tokenizer = self._loaded()
         return {
-            "backbone": self.clip.model, "pretrained": self.clip.pretrained, "weights_file": self.weights.name,
-            "weights_sha256": file_sha256(self.weights), "model_kwargs": dict(self.clip.model_kwargs),
-            "image_resize_before_clip": self.clip.image_resize, "clip_transform": repr(transform).replace("\n", " "),
-            "prefix": self.clip.prefix, "context_length": int(tokenizer.context_length),
+            "backbone": self.clip.model,
+            "pretrained": self.clip.pretrained,
+            "weights_file": self.weights.name,
+            "weights_sha256": file_sha256(self.weights),
+            "model_kwargs": dict(self.clip.model_kwargs),
+            "image_resize_before_clip": self.clip.image_resize,
+            "clip_transform": repr(transform).replace("\n", " "),
+            "prefix": self.clip.prefix,
+            "context_length": int(tokenizer.context_length),
             "truncation": "prompts longer than the context are cut, keeping the end-of-text token last (as CLIP)",
             "embedding": "L2-normalised image and text embeddings; cos = their dot product",
         }
@@ -139,8 +161,12 @@ class ClipScore(SampleMetric):
         out = []
         for start in range(0, len(samples), self.clip.batch_size):
             batch = samples[start : start + self.clip.batch_size]
-            pixels = torch.stack([transform(Image.fromarray(resize_for_clip(image, self.clip.image_resize)))
-                                  for image in self.images(batch)]).to(device)
+            pixels = torch.stack(
+                [
+                    transform(Image.fromarray(resize_for_clip(image, self.clip.image_resize)))
+                    for image in self.images(batch)
+                ]
+            ).to(device)
             tokens = tokenizer([self.clip.prefix + s.text for s in batch]).to(device)
             with torch.no_grad():
                 image_emb = net.encode_image(pixels, normalize=True).double()  # (B, E)
@@ -157,7 +183,12 @@ class ClipScore(SampleMetric):
         limit = int(tokenizer.context_length)
         if not hasattr(tokenizer, "encode"):  # a Hugging Face text tower: its own truncation, not counted here
             return {"truncated_prompts": None, "context_length": limit, "mean_cosine": float(vectors[:, 0].mean())}
-        truncated = sorted({s.prompt_id for s in self.run.samples
-                            if len(tokenizer.encode(self.clip.prefix + s.text)) + 2 > limit})  # + start and end tokens
-        return {"truncated_prompts": len(truncated), "truncated_prompt_ids": truncated[:50], "context_length": limit,
-                "mean_cosine": float(vectors[:, 0].mean())}
+        truncated = sorted(
+            {s.prompt_id for s in self.run.samples if len(tokenizer.encode(self.clip.prefix + s.text)) + 2 > limit}
+        )  # + start and end tokens
+        return {
+            "truncated_prompts": len(truncated),
+            "truncated_prompt_ids": truncated[:50],
+            "context_length": limit,
+            "mean_cosine": float(vectors[:, 0].mean()),
+        }

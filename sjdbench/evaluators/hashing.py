@@ -3,6 +3,7 @@
 A score records the hash of every file it depends on. Hashing a 600 MB CLIP checkpoint or 5,000
 COCO images takes seconds, so digests are cached by (path, size, mtime) in the sjdbench cache.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -11,6 +11,7 @@ ends in uint8 by rounding (never truncation).
            per channel, as here; it then keeps floats, where we round to uint8)
     raw    unchanged; torchmetrics resizes to 299 itself (bilinear, `antialias` as set)
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,7 +28,9 @@ def bilinear(image: np.ndarray, size: int) -> np.ndarray:
     import torch
     import torch.nn.functional as F
 
-    x = torch.tensor(image, dtype=torch.float64).permute(2, 0, 1)[None]  # (1, 3, H, W); a copy: PIL arrays are read-only
+    x = torch.tensor(image, dtype=torch.float64).permute(2, 0, 1)[
+        None
+    ]  # (1, 3, H, W); a copy: PIL arrays are read-only
     y = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=False)
     return _to_uint8(y[0].permute(1, 2, 0).numpy())
 
@@ -47,8 +50,10 @@ def pil_resize(image: np.ndarray, size: int, method: str, per_channel_float: boo
     resample = {"lanczos": Image.LANCZOS, "bicubic": Image.BICUBIC}[method]
     if not per_channel_float:
         return np.asarray(Image.fromarray(image).resize((size, size), resample=resample))
-    channels = [np.asarray(Image.fromarray(image[..., c].astype(np.float32), mode="F").resize((size, size), resample=resample))
-                for c in range(3)]
+    channels = [
+        np.asarray(Image.fromarray(image[..., c].astype(np.float32), mode="F").resize((size, size), resample=resample))
+        for c in range(3)
+    ]
     return _to_uint8(np.stack(channels, axis=-1))
 
 
@@ -77,6 +82,7 @@ def resize_for_clip(image: np.ndarray, mode: str) -> np.ndarray:
 
 DESCRIPTIONS = {
     "sjd": "no crop; bilinear resize (align_corners=False, no antialias) to 299x299; rounded to uint8",
-    "clean": "centre crop to a square; PIL Lanczos to 256 (uint8); PIL bicubic to 299 per channel in float; rounded to uint8",
+    "clean": "centre crop to a square; PIL Lanczos to 256 (uint8); PIL bicubic to 299 per channel in float; "
+    "rounded to uint8",
     "raw": "unchanged; torchmetrics resizes to 299 (see antialias)",
 }

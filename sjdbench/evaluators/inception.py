@@ -12,6 +12,7 @@ dimension) unless eval.force=true; KID, unbiased, is not.
 The Inception weights are never downloaded here: eval.inception.weights, or torch-fidelity's file in
 $TORCH_HOME/hub/checkpoints/; missing, they fail at once with one line naming the file and where.
 """
+
 from __future__ import annotations
 
 import functools
@@ -45,8 +46,10 @@ def inception_weights(setting: str | None) -> Path:
     folder = Path(torch.hub.get_dir()) / "checkpoints"
     path = folder / INCEPTION_FILE
     if not path.is_file():
-        raise UserError(f"FID/KID need the Inception weights {INCEPTION_FILE} (no download is attempted): place it "
-                        f"in {folder} (from {INCEPTION_URL}) or pass eval.inception.weights=<file>")
+        raise UserError(
+            f"FID/KID need the Inception weights {INCEPTION_FILE} (no download is attempted): place it "
+            f"in {folder} (from {INCEPTION_URL}) or pass eval.inception.weights=<file>"
+        )
     return path
 
 
@@ -56,18 +59,26 @@ def load_extractor(feature: str, weights: str | None, antialias: bool, device: s
     if feature == "inception":
         from torchmetrics.image.fid import NoTrainInceptionV3
 
-        module = NoTrainInceptionV3(name="inception-v3-compat", features_list=[str(FEATURES)],
-                                    feature_extractor_weights_path=weights, antialias=antialias)
+        module = NoTrainInceptionV3(
+            name="inception-v3-compat",
+            features_list=[str(FEATURES)],
+            feature_extractor_weights_path=weights,
+            antialias=antialias,
+        )
         return module.to(device), FEATURES, "torchmetrics NoTrainInceptionV3 (inception-v3-compat, pool3, 2048-d)"
     module_name, _, attr = feature.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError, ValueError) as error:
-        raise UserError(f"eval.inception.feature={feature}: cannot import it ({error}); use inception or <module>:<factory>") from None
+        raise UserError(
+            f"eval.inception.feature={feature}: cannot import it ({error}); use inception or <module>:<factory>"
+        ) from None
     module = factory()
     dim = int(getattr(module, "num_features", 0))
     if not dim:
-        raise UserError(f"eval.inception.feature={feature}: the module needs a num_features attribute (its output width)")
+        raise UserError(
+            f"eval.inception.feature={feature}: the module needs a num_features attribute (its output width)"
+        )
     return module.to(device).eval(), dim, f"custom feature module {feature}"
 
 
@@ -101,7 +112,9 @@ class InceptionMetric(SetMetric):
 
     def _extractor(self):
         weights = str(self.weights) if self.weights else None
-        return load_extractor(self.inception.feature, weights, self.inception.antialias, eval_device(self.settings.device))
+        return load_extractor(
+            self.inception.feature, weights, self.inception.antialias, eval_device(self.settings.device)
+        )
 
     @property
     def feature_dim_of_extractor(self) -> int:
@@ -111,10 +124,14 @@ class InceptionMetric(SetMetric):
         module, dim, description = self._extractor()
         weights_sha = file_sha256(self.weights) if self.weights else getattr(module, "weights_sha256", None)
         return {
-            "extractor": description, "feature_dim": dim,
-            "weights_file": self.weights.name if self.weights else None, "weights_sha256": weights_sha,
-            "preprocessing": self.inception.preprocess, "preprocessing_steps": DESCRIPTIONS[self.inception.preprocess],
-            "antialias": self.inception.antialias, "quantisation": "uint8 by rounding, the same on both sides",
+            "extractor": description,
+            "feature_dim": dim,
+            "weights_file": self.weights.name if self.weights else None,
+            "weights_sha256": weights_sha,
+            "preprocessing": self.inception.preprocess,
+            "preprocessing_steps": DESCRIPTIONS[self.inception.preprocess],
+            "antialias": self.inception.antialias,
+            "quantisation": "uint8 by rounding, the same on both sides",
         }
 
     def _features(self, images: list[np.ndarray]) -> np.ndarray:
@@ -130,7 +147,9 @@ class InceptionMetric(SetMetric):
         for indices in by_shape.values():
             for start in range(0, len(indices), self.inception.batch_size):
                 chunk = indices[start : start + self.inception.batch_size]
-                batch = torch.from_numpy(np.stack([prepared[i] for i in chunk])).permute(0, 3, 1, 2).contiguous().to(device)
+                batch = (
+                    torch.from_numpy(np.stack([prepared[i] for i in chunk])).permute(0, 3, 1, 2).contiguous().to(device)
+                )
                 with torch.no_grad():
                     features = module(batch).float().cpu().numpy()  # (B, D)
                 for i, row in zip(chunk, features):
@@ -143,9 +162,15 @@ class InceptionMetric(SetMetric):
     def _reference_files(self) -> tuple[list[Path], str, Path]:
         folder_setting = self.inception.reference or self.run.config.data.images
         if not folder_setting:
-            hint = "; PartiPrompts has no reference images: score it with clip_score" if self.run.config.data.name == "parti" else ""
-            raise Refused(f"{self.name} needs reference images: run with data.images=<folder> (e.g. COCO's val2017) "
-                          f"or pass eval.inception.reference=<folder>{hint}")
+            hint = (
+                "; PartiPrompts has no reference images: score it with clip_score"
+                if self.run.config.data.name == "parti"
+                else ""
+            )
+            raise Refused(
+                f"{self.name} needs reference images: run with data.images=<folder> (e.g. COCO's val2017) "
+                f"or pass eval.inception.reference=<folder>{hint}"
+            )
         folder = Path(folder_setting).expanduser()
         if not folder.is_dir():
             raise UserError(f"reference image folder {folder} does not exist (data.images / eval.inception.reference)")
@@ -211,8 +236,13 @@ class Kid(InceptionMetric):
 
     def protocol_extras(self) -> dict:
         kid = self.settings.kid
-        return {"subsets": kid.subsets, "subset_size": kid.subset_size, "degree": kid.degree,
-                "subset_seed": self.settings.stat_seed, "subset_size_rule": "min(subset_size, N, N_reference)"}
+        return {
+            "subsets": kid.subsets,
+            "subset_size": kid.subset_size,
+            "degree": kid.degree,
+            "subset_seed": self.settings.stat_seed,
+            "subset_size_rule": "min(subset_size, N, N_reference)",
+        }
 
     def _kid(self, vectors: np.ndarray, other: np.ndarray, subsets: int) -> tuple[float, float, int]:
         import torch
@@ -221,8 +251,12 @@ class Kid(InceptionMetric):
         size = min(self.settings.kid.subset_size, len(vectors), len(other))
         with warnings.catch_warnings():  # "KID keeps all features in memory": they are already in memory
             warnings.simplefilter("ignore", UserWarning)
-            metric = KernelInceptionDistance(feature=_Precomputed(vectors.shape[1]), subsets=subsets, subset_size=size,
-                                             degree=self.settings.kid.degree)
+            metric = KernelInceptionDistance(
+                feature=_Precomputed(vectors.shape[1]),
+                subsets=subsets,
+                subset_size=size,
+                degree=self.settings.kid.degree,
+            )
         metric.update(torch.from_numpy(np.asarray(other, dtype=np.float64)), real=True)
         metric.update(torch.from_numpy(np.asarray(vectors, dtype=np.float64)), real=False)
         with torch.random.fork_rng(devices=[]):  # KID draws its subsets from the global generator

@@ -1,5 +1,6 @@
 """Reference feature sets (renders of toy captions, COCO images through Inception) computed once
 per (reference set, resolution, preprocessing, extractor) and cached on disk, bit for bit."""
+
 from __future__ import annotations
 
 import hashlib

@@ -10,6 +10,7 @@ is computed once per protocol and found again by it. `pending` lists the compari
 be made yet (an AR run not finished); a later `sjdbench eval` fills them in without recomputing the
 score itself.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -3,6 +3,7 @@ presets: `sjdbench eval <runs> eval=coco eval.inception.preprocess=clean eval.cl
 
 Nothing here changes a run: scores are written beside runs, keyed by the hash of their protocol.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,7 +18,9 @@ from sjdbench.errors import UserError
 @dataclass
 class ClipSettings:
     model: str = "ViT-B-16-quickgelu"  # open_clip name; -quickgelu = the activation OpenAI's weights were trained with
-    pretrained: str = "openai"  # an open_clip tag (resolved offline in the HF / open_clip caches) or a local weights file
+    pretrained: str = (
+        "openai"  # an open_clip tag (resolved offline in the HF / open_clip caches) or a local weights file
+    )
     prefix: str = ""  # prepended to every prompt ("A photo depicts " for LANTERN / LlamaGen)
     score: str = "100max0"  # 100max0: 100 * max(cos, 0) per sample (SJD, GSD) | cosine: raw cosine (LANTERN, LlamaGen)
     image_resize: str = "none"  # before CLIP's own transform: none | bilinear299 (SJD) | crop_lanczos256 (LANTERN)
@@ -57,7 +60,9 @@ class ToySettings:
 @dataclass
 class EvalConfig:
     name: str = "auto"
-    evaluators: Optional[List[str]] = None  # None: by run (toy model: toy_*; coco sets: clip_score, fid, kid; else clip_score)
+    evaluators: Optional[List[str]] = (
+        None  # None: by run (toy model: toy_*; coco sets: clip_score, fid, kid; else clip_score)
+    )
     clip: ClipSettings = field(default_factory=ClipSettings)
     inception: InceptionSettings = field(default_factory=InceptionSettings)
     kid: KidSettings = field(default_factory=KidSettings)
@@ -98,7 +103,9 @@ def validate(config: EvalConfig) -> None:
 
     for name in config.evaluators or []:
         if name not in EVALUATORS:
-            raise UserError(f"unknown evaluator '{name}' in eval.evaluators; choose from: {', '.join(sorted(EVALUATORS))}")
+            raise UserError(
+                f"unknown evaluator '{name}' in eval.evaluators; choose from: {', '.join(sorted(EVALUATORS))}"
+            )
     choices = {
         "eval.clip.score": (config.clip.score, ("100max0", "cosine")),
         "eval.clip.image_resize": (config.clip.image_resize, ("none", "bilinear299", "crop_lanczos256")),

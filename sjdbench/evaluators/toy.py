@@ -2,6 +2,7 @@
 feature space against renders of the same captions, and object accuracy from the oracle object
 finder. They make the whole speed-versus-quality study runnable on a laptop.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,7 +30,8 @@ def toy_clip_protocol(run) -> dict:
         raise Refused(f"the toy CLIP is not in {folder}; run `sjdbench toy train-clip --out {folder}`")
     return {
         "backbone": "toy CLIP (open_clip CLIP, custom config)",
-        "weights_file": CLIP_FILE, "weights_sha256": file_sha256(folder / CLIP_FILE),
+        "weights_file": CLIP_FILE,
+        "weights_sha256": file_sha256(folder / CLIP_FILE),
         "config_sha256": file_sha256(folder / CLIP_META),
         "preprocessing": f"64x64 uint8 RGB / 255, normalised with mean {MEAN.tolist()} and std {STD.tolist()}",
         "text": f"open_clip BPE mapped to the toy grammar's vocabulary, {CONTEXT_LENGTH} tokens",
@@ -57,8 +59,10 @@ class ToyClipScore(SampleMetric):
         clip = load_toy_clip(_weights_dir(self.run))
         images = self.images(samples)
         _check_toy_images(images, self.name)
-        scores = [clip.clip_score(np.stack(images[i : i + CHUNK]), [s.text for s in samples[i : i + CHUNK]])
-                  for i in range(0, len(samples), CHUNK)]
+        scores = [
+            clip.clip_score(np.stack(images[i : i + CHUNK]), [s.text for s in samples[i : i + CHUNK]])
+            for i in range(0, len(samples), CHUNK)
+        ]
         return np.concatenate(scores).astype(np.float64)[:, None]
 
     def extra(self, vectors: np.ndarray) -> dict:
@@ -102,8 +106,11 @@ class ToyFrechet(SetMetric):
         captions_sha = hashlib.sha256("\n".join(texts).encode()).hexdigest()
         protocol = {
             "reference": "renders of the scored captions drawn from the toy world given each caption "
-                         "(relational cells from their posterior, background and lighting from the world's sampler)",
-            "renders_per_caption": k, "seed": seed, "n": len(texts) * k, "captions_sha256": captions_sha,
+            "(relational cells from their posterior, background and lighting from the world's sampler)",
+            "renders_per_caption": k,
+            "seed": seed,
+            "n": len(texts) * k,
+            "captions_sha256": captions_sha,
         }
 
         def compute() -> np.ndarray:
@@ -121,8 +128,10 @@ class ToyFrechet(SetMetric):
 
         extra = {}
         if min(len(vectors), len(other)) <= self.embedding_dim:
-            extra["small_n"] = (f"N = {len(vectors)} is not above the {self.embedding_dim} feature dimensions: the value "
-                                "is dominated by small-N bias; read it only against the noise floor at the same N")
+            extra["small_n"] = (
+                f"N = {len(vectors)} is not above the {self.embedding_dim} feature dimensions: the value "
+                "is dominated by small-N bias; read it only against the noise floor at the same N"
+            )
         return frechet_distance(vectors, other), extra
 
 
@@ -155,9 +164,14 @@ def object_counts(image: np.ndarray, caption: str) -> np.ndarray:
     counts = np.zeros(len(OBJECT_FIELDS))
     for obj in parsed.objects:
         mine = found[obj.colour]
-        counts += [1, mine.present, obj.shape in shapes_drawn, mine.present and mine.shape == obj.shape,
-                   obj.cell is not None,
-                   obj.cell is not None and mine.present and _nearest_cell(mine.centre) == obj.cell]
+        counts += [
+            1,
+            mine.present,
+            obj.shape in shapes_drawn,
+            mine.present and mine.shape == obj.shape,
+            obj.cell is not None,
+            obj.cell is not None and mine.present and _nearest_cell(mine.centre) == obj.cell,
+        ]
     return counts
 
 
@@ -197,22 +211,30 @@ class ToyObjects(SampleMetric):
     def extra(self, vectors: np.ndarray) -> dict:
         rates = self.rates(vectors)
         ceiling = self.rates(self.ceiling())
-        return {**rates, "ceiling_on_renders": ceiling,
-                "definitions": {
-                    "present": "a region of the object's colour exists",
-                    "shape": "some object-coloured region has the object's shape",
-                    "colour": "the region of the object's colour has the object's shape (the headline)",
-                    "cell": "the region of the object's colour lies in the captioned cell (absolutely placed objects)",
-                    "all_objects": "images whose every object counts under colour (and cell when placed absolutely)"}}
+        return {
+            **rates,
+            "ceiling_on_renders": ceiling,
+            "definitions": {
+                "present": "a region of the object's colour exists",
+                "shape": "some object-coloured region has the object's shape",
+                "colour": "the region of the object's colour has the object's shape (the headline)",
+                "cell": "the region of the object's colour lies in the captioned cell (absolutely placed objects)",
+                "all_objects": "images whose every object counts under colour (and cell when placed absolutely)",
+            },
+        }
 
     @staticmethod
     def rates(vectors: np.ndarray) -> dict:
         objects, positioned = vectors[:, 0].sum(), vectors[:, 4].sum()
-        return {"present": float(vectors[:, 1].sum() / objects), "shape": float(vectors[:, 2].sum() / objects),
-                "colour": float(vectors[:, 3].sum() / objects),
-                "cell": float(vectors[:, 5].sum() / positioned) if positioned else None,
-                "all_objects": float(np.mean((vectors[:, 3] == vectors[:, 0]) & (vectors[:, 5] == vectors[:, 4]))),
-                "n_objects": int(objects), "n_positioned": int(positioned)}
+        return {
+            "present": float(vectors[:, 1].sum() / objects),
+            "shape": float(vectors[:, 2].sum() / objects),
+            "colour": float(vectors[:, 3].sum() / objects),
+            "cell": float(vectors[:, 5].sum() / positioned) if positioned else None,
+            "all_objects": float(np.mean((vectors[:, 3] == vectors[:, 0]) & (vectors[:, 5] == vectors[:, 4]))),
+            "n_objects": int(objects),
+            "n_positioned": int(positioned),
+        }
 
     def ceiling(self) -> np.ndarray:
         """The same counts on one render of each scored caption: what a perfect toy model would get."""
@@ -222,8 +244,11 @@ class ToyObjects(SampleMetric):
         captions = sorted({s.prompt_id: s.text for s in self.run.samples}.items())
         texts = [t for _, t in captions]
         seed = self.settings.toy.reference_seed
-        key = {"captions_sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest(), "seed": seed,
-               **self.measure_protocol()}
+        key = {
+            "captions_sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest(),
+            "seed": seed,
+            **self.measure_protocol(),
+        }
 
         def compute() -> np.ndarray:
             return np.stack([object_counts(image, t) for image, t in zip(reference_renders(texts, 1, seed), texts)])

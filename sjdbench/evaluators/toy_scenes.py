@@ -10,6 +10,7 @@ a later object in the same row or column as the previous one is captioned by a r
 probability 0.6), the background by the world's own sampler. So its renders are draws from
 p(image | caption) of the world, the distribution a perfect toy model would sample.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -132,11 +133,18 @@ def scene_for_caption(parsed: ParsedCaption, rng: np.random.Generator) -> world.
     objects = []
     for obj, cell in zip(parsed.objects, cells):
         light_angle = rng.uniform(0, 2 * math.pi)
-        objects.append(world.Obj(
-            shape=obj.shape, colour=obj.colour, size=obj.size, cell=cell,
-            centre=(world.CELL_CENTRES[cell[0]], world.CELL_CENTRES[cell[1]]), angle=0.0,
-            light=(float(np.sin(light_angle)), float(np.cos(light_angle))), relation=obj.relation,
-        ))
+        objects.append(
+            world.Obj(
+                shape=obj.shape,
+                colour=obj.colour,
+                size=obj.size,
+                cell=cell,
+                centre=(world.CELL_CENTRES[cell[0]], world.CELL_CENTRES[cell[1]]),
+                angle=0.0,
+                light=(float(np.sin(light_angle)), float(np.cos(light_angle))),
+                relation=obj.relation,
+            )
+        )
     while True:  # the world's background sampler, conditioned on the captioned texture by rejection
         background = world._sample_background(rng, parsed.background_colour)
         if background.texture == parsed.texture:
@@ -148,6 +156,7 @@ def reference_renders(captions: list[str], per_caption: int, seed: int) -> np.nd
     parsed = [parse_caption(c) for c in captions]
     images = [
         world.render(scene_for_caption(p, np.random.default_rng([seed, i, k])))
-        for i, p in enumerate(parsed) for k in range(per_caption)
+        for i, p in enumerate(parsed)
+        for k in range(per_caption)
     ]
     return np.stack(images)

@@ -6,6 +6,7 @@ and the question is how a score would move on other prompts from the same distri
 resampled as whole prompt groups; a paired difference resamples the same groups in both runs, so
 prompt difficulty cancels and the interval is much tighter than two separate intervals would be.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -23,8 +24,9 @@ def prompt_groups(prompt_ids: np.ndarray) -> list[np.ndarray]:
     return [np.asarray(rows) for rows in order.values()]
 
 
-def bootstrap_ci(statistic: Callable[[np.ndarray], float], groups: list[np.ndarray], n_boot: int,
-                 seed: int = 0) -> list[float] | None:
+def bootstrap_ci(
+    statistic: Callable[[np.ndarray], float], groups: list[np.ndarray], n_boot: int, seed: int = 0
+) -> list[float] | None:
     """[lo, hi] 95 % percentile interval of statistic(rows) over n_boot resamples of the groups.
 
     None when it cannot be estimated (fewer than 2 groups or n_boot < 1).

@@ -5,6 +5,7 @@ toy we use the toy CLIP's features. tr((S_a S_b)^(1/2)) is computed as the trace
 of the symmetric PSD matrix S_a^(1/2) S_b S_a^(1/2) (same eigenvalues as S_a S_b), via eigh in
 float64: no complex parts and no iterative sqrtm to fail on rank-deficient covariances.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -12,6 +12,7 @@ applies a (groups, head_dim) scale and bias, repeated over the heads of each gro
 checkpoints store one group (model_parallel_size = 1, weight (1, 128)); transformers' conversion of
 Meta's checkpoints stores one row per head. Both are the same operation with a different group count.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -41,7 +42,7 @@ class ChameleonLMConfig:
     bos_token_id: int = 1
 
     @classmethod
-    def from_dict(cls, config: dict[str, Any]) -> "ChameleonLMConfig":
+    def from_dict(cls, config: dict[str, Any]) -> ChameleonLMConfig:
         """From a Chameleon `config.json` (unknown keys ignored)."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in config.items() if k in known and v is not None}
@@ -95,8 +96,9 @@ class Attention(nn.Module):
         self.k_norm = HeadLayerNorm(KV, cfg.qk_norm_groups_k or cfg.model_parallel_size, hd)
         self.kv: StaticKV | None = None
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, write: torch.Tensor,
-                mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, write: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
         """x (B, L, D); cos/sin (B, L, hd); write (L,) cache entries; mask (B, 1, L, entries)."""
         B, L, _ = x.shape
         H, KV, hd = self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_dim
@@ -165,8 +167,9 @@ class ChameleonLM(nn.Module):
         for layer in self.model.layers:
             kv = layer.self_attn.kv
             if kv is None or not kv.fits(batch, entries, p.dtype):
-                layer.self_attn.kv = StaticKV(batch, self.cfg.num_key_value_heads, entries, self.cfg.head_dim,
-                                              p.dtype, p.device)
+                layer.self_attn.kv = StaticKV(
+                    batch, self.cfg.num_key_value_heads, entries, self.cfg.head_dim, p.dtype, p.device
+                )
 
     def copy_cache(self, source: torch.Tensor, destination: torch.Tensor) -> None:
         for layer in self.model.layers:
@@ -178,8 +181,9 @@ class ChameleonLM(nn.Module):
         angles = torch.cat([freqs, freqs], dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
-    def forward(self, x: torch.Tensor, write: torch.Tensor, positions: torch.Tensor,
-                mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, write: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
         cos, sin = self.rotary(positions, x.dtype)
         for layer in self.model.layers:
             x = layer(x, cos, sin, write, mask)

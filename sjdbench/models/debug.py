@@ -3,6 +3,7 @@
 It builds in milliseconds from a seed, so tests and the exactness suite can enumerate its full
 sequence distribution. `init_std` controls how peaked and context-dependent its distributions are.
 """
+
 from __future__ import annotations
 
 import numpy as np

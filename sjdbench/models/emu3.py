@@ -16,6 +16,7 @@ mixed logits by a per-row constant only, which softmax and top-k ignore. Samplin
 
 The token <-> VQ-code map comes from the vocabulary's `<|visual token NNNNNN|>` names.
 """
+
 from __future__ import annotations
 
 import re
@@ -37,12 +38,22 @@ HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.tiktoken", "tokenizer*"]
 SIZES = ("8B", "tiny")
 DEFAULT_SAMPLING = Sampling(cfg_scale=3.0, temperature=1.0, top_k=2048, top_p=1.0)
 POSITIVE_PROMPT = " masterpiece, film grained, best quality."
-NEGATIVE_PROMPT = ("lowres, bad anatomy, bad hands, text, error, missing fingers, extra digit, fewer digits, "
-                   "cropped, worst quality, low quality, normal quality, jpeg artifacts, signature, watermark, "
-                   "username, blurry.")
+NEGATIVE_PROMPT = (
+    "lowres, bad anatomy, bad hands, text, error, missing fingers, extra digit, fewer digits, "
+    "cropped, worst quality, low quality, normal quality, jpeg artifacts, signature, watermark, "
+    "username, blurry."
+)
 VISUAL = re.compile(r"<\|visual token (\d{6})\|>")
-SPECIAL_NAMES = dict(bos="<|extra_203|>", eos="<|extra_204|>", pad="<|endoftext|>", eol="<|extra_200|>",
-                     eof="<|extra_201|>", boi="<|image start|>", eoi="<|image end|>", wrapper="<|image token|>")
+SPECIAL_NAMES = dict(
+    bos="<|extra_203|>",
+    eos="<|extra_204|>",
+    pad="<|endoftext|>",
+    eol="<|extra_200|>",
+    eof="<|extra_201|>",
+    boi="<|image start|>",
+    eoi="<|image end|>",
+    wrapper="<|image token|>",
+)
 SPATIAL = 8  # VQ downsampling of the released vision tokenizer
 
 
@@ -58,11 +69,12 @@ class Emu3Tokens:
     wrapper: int
 
     @classmethod
-    def from_vocabulary(cls, vocabulary: dict[str, int]) -> "Emu3Tokens":
+    def from_vocabulary(cls, vocabulary: dict[str, int]) -> Emu3Tokens:
         missing = [name for name in SPECIAL_NAMES.values() if name not in vocabulary]
         if missing:
-            raise ValueError(f"the vocabulary lacks Emu3's structural tokens {missing}; "
-                             "is this an Emu3-Gen checkpoint?")
+            raise ValueError(
+                f"the vocabulary lacks Emu3's structural tokens {missing}; is this an Emu3-Gen checkpoint?"
+            )
         return cls(**{key: int(vocabulary[name]) for key, name in SPECIAL_NAMES.items()})
 
 
@@ -79,15 +91,25 @@ def emu3_layout(height: int, width: int, tokens: Emu3Tokens) -> SegmentLayout:
     grid = SegmentLayout.grid(height, width, eol_token=tokens.eol)
     tail = torch.tensor([tokens.eof, tokens.eoi, tokens.eos])
     minus = torch.full((3,), -1, dtype=torch.long)
-    return SegmentLayout(torch.cat([grid.forced, tail]), torch.cat([grid.row, minus]), torch.cat([grid.col, minus]),
-                         (height, width))
+    return SegmentLayout(
+        torch.cat([grid.forced, tail]), torch.cat([grid.row, minus]), torch.cat([grid.col, minus]), (height, width)
+    )
 
 
 class Emu3Adapter(WindowedAdapter):
-    def __init__(self, model: Any, encode_text: Callable[[str], list[int]], vocabulary: dict[str, int],
-                 height: int, width: int, sampling: Sampling = DEFAULT_SAMPLING, name: str = "emu3",
-                 compile: bool = False, positive_prompt: str = POSITIVE_PROMPT,
-                 negative_prompt: str = NEGATIVE_PROMPT) -> None:
+    def __init__(
+        self,
+        model: Any,
+        encode_text: Callable[[str], list[int]],
+        vocabulary: dict[str, int],
+        height: int,
+        width: int,
+        sampling: Sampling = DEFAULT_SAMPLING,
+        name: str = "emu3",
+        compile: bool = False,
+        positive_prompt: str = POSITIVE_PROMPT,
+        negative_prompt: str = NEGATIVE_PROMPT,
+    ) -> None:
         self.name, self.compile = name, compile
         self.model = hf_common.hf_modules_eval(model)
         self.lm = model.model.text_model
@@ -120,8 +142,8 @@ class Emu3Adapter(WindowedAdapter):
         tokens = torch.full((2, length), self.tokens.pad, dtype=torch.long)
         pad_mask = torch.zeros(2, length, dtype=torch.bool)
         for i, row in enumerate(rows):  # left padding, masked out
-            tokens[i, length - len(row):] = torch.tensor(row)
-            pad_mask[i, length - len(row):] = True
+            tokens[i, length - len(row) :] = torch.tensor(row)
+            pad_mask[i, length - len(row) :] = True
         return PromptBatch(tokens.to(self.device), pad_mask.to(self.device), text=text)
 
     # -- WindowedAdapter hooks --------------------------------------------------------------
@@ -129,8 +151,16 @@ class Emu3Adapter(WindowedAdapter):
         cfg = self.lm.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         dtype = self.lm.embed_tokens.weight.dtype
-        self._hf_cache = hf_common.windowed_hf_cache(self._hf_cache, cfg.num_hidden_layers, book.batch,
-                                                     cfg.num_key_value_heads, head_dim, book.size, dtype, self.device)
+        self._hf_cache = hf_common.windowed_hf_cache(
+            self._hf_cache,
+            cfg.num_hidden_layers,
+            book.batch,
+            cfg.num_key_value_heads,
+            head_dim,
+            book.size,
+            dtype,
+            self.device,
+        )
 
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.lm.embed_tokens(tokens)
@@ -138,8 +168,13 @@ class Emu3Adapter(WindowedAdapter):
     def _run(self, x: torch.Tensor, write: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         self._hf_cache.write = write
         additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask, torch.finfo(x.dtype).min)
-        out = self.lm(inputs_embeds=x, attention_mask=additive, position_ids=rotary, use_cache=True,
-                      **{self._cache_keyword: self._hf_cache})
+        out = self.lm(
+            inputs_embeds=x,
+            attention_mask=additive,
+            position_ids=rotary,
+            use_cache=True,
+            **{self._cache_keyword: self._hf_cache},
+        )
         return out.last_hidden_state
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -189,14 +224,22 @@ def stand_in_vocabulary(n_codes: int = 32768) -> dict[str, int]:
 def random_config(size: str) -> Any:
     from transformers import Emu3Config
 
-    text: dict[str, Any] = dict(vocab_size=184622, pad_token_id=151643, bos_token_id=151849, eos_token_id=151850,
-                                attention_dropout=0.0)
+    text: dict[str, Any] = dict(
+        vocab_size=184622, pad_token_id=151643, bos_token_id=151849, eos_token_id=151850, attention_dropout=0.0
+    )
     vq: dict[str, Any] = {}
     if size == "tiny":
-        text.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2)
-        vq.update(base_channels=32, channel_multiplier=[1, 1, 1, 2], num_res_blocks=1, attn_resolutions=[],
-                  hidden_size=64, num_attention_heads=1)
+        text.update(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+        )
+        vq.update(
+            base_channels=32,
+            channel_multiplier=[1, 1, 1, 2],
+            num_res_blocks=1,
+            attn_resolutions=[],
+            hidden_size=64,
+            num_attention_heads=1,
+        )
     return Emu3Config(text_config=text, vq_config=vq, vocabulary_map=stand_in_vocabulary())
 
 
@@ -231,7 +274,8 @@ def build_emu3_adapter(
         config = random_config(size)
         with torch.device(device):
             model = transformers.Emu3ForConditionalGeneration._from_config(
-                config, dtype=torch_dtype, attn_implementation="sdpa")
+                config, dtype=torch_dtype, attn_implementation="sdpa"
+            )
         vocabulary = config.vocabulary_map
         tokens = Emu3Tokens.from_vocabulary(vocabulary)
 
@@ -239,20 +283,43 @@ def build_emu3_adapter(
             digits = hf_common.stand_in_ids(prefix, 1000, 9)
             return [tokens.bos, *hf_common.stand_in_ids(text, 2000, 140000), tokens.boi, *digits, tokens.wrapper]
 
-        return Emu3Adapter(model, encode, vocabulary, side, side, sampling, compile=compile,
-                           positive_prompt=positive_prompt, negative_prompt=negative_prompt)
+        return Emu3Adapter(
+            model,
+            encode,
+            vocabulary,
+            side,
+            side,
+            sampling,
+            compile=compile,
+            positive_prompt=positive_prompt,
+            negative_prompt=negative_prompt,
+        )
 
     root = emu3_weights_dir(path)
     model = hf_common.load_pretrained(transformers.Emu3ForConditionalGeneration, root, torch_dtype, device, "emu3")
     processor = transformers.Emu3Processor.from_pretrained(root)
 
     def encode(text: str) -> list[int]:
-        inputs = processor(text=[text], return_for_image_generation=True, ratio="1:1",
-                           image_area=resolution * resolution, return_tensors="pt")
+        inputs = processor(
+            text=[text],
+            return_for_image_generation=True,
+            ratio="1:1",
+            image_area=resolution * resolution,
+            return_tensors="pt",
+        )
         return inputs.input_ids[0].tolist()
 
-    return Emu3Adapter(model, encode, model.config.vocabulary_map, side, side, sampling, compile=compile,
-                       positive_prompt=positive_prompt, negative_prompt=negative_prompt)
+    return Emu3Adapter(
+        model,
+        encode,
+        model.config.vocabulary_map,
+        side,
+        side,
+        sampling,
+        compile=compile,
+        positive_prompt=positive_prompt,
+        negative_prompt=negative_prompt,
+    )
 
 
 def emu3_weights_dir(path: str | None):

@@ -1,11 +1,13 @@
 """GSD's grouping threshold in a model's own embedding units."""
+
 from __future__ import annotations
 
 import torch
 
 
-def nearest_neighbour_threshold(embeddings: torch.Tensor, factor: float = 1.2, sample: int = 2048,
-                                seed: int = 0) -> float:
+def nearest_neighbour_threshold(
+    embeddings: torch.Tensor, factor: float = 1.2, sample: int = 2048, seed: int = 0
+) -> float:
     """GSD's squared-distance threshold in a model's own embedding units: `factor` times the median
     squared distance from an image token's input embedding to its nearest other image token
     (estimated on `sample` tokens). The paper's 0.5 is in Lumina-mGPT's units only; a threshold tied

@@ -6,6 +6,7 @@ over the same two-region static layout as `llama.KVCache`.
 transformers and huggingface_hub are imported inside functions: listing models or loading the toy
 never pays for them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,11 +46,14 @@ def require_transformers(model: str) -> Any:
     try:
         version = importlib.metadata.version("transformers")
     except importlib.metadata.PackageNotFoundError:
-        raise UserError(f"model '{model}' needs transformers{TRANSFORMERS_RANGE}: "
-                        f"pip install 'sjdbench[models]'") from None
+        raise UserError(
+            f"model '{model}' needs transformers{TRANSFORMERS_RANGE}: pip install 'sjdbench[models]'"
+        ) from None
     if not _version_tuple(TRANSFORMERS_MIN) <= _version_tuple(version) < _version_tuple(TRANSFORMERS_BELOW):
-        raise UserError(f"model '{model}' is tested with transformers{TRANSFORMERS_RANGE}, but {version} is "
-                        f"installed: pip install 'transformers{TRANSFORMERS_RANGE}'")
+        raise UserError(
+            f"model '{model}' is tested with transformers{TRANSFORMERS_RANGE}, but {version} is "
+            f"installed: pip install 'transformers{TRANSFORMERS_RANGE}'"
+        )
     import transformers
 
     transformers.logging.set_verbosity_error()  # deprecation chatter would bury the run's own output
@@ -133,8 +137,10 @@ def hub_dir(repo: str, patterns: list[str], option: str = "model.path") -> Path:
     except Exception as error:  # offline, not cached, gated, disk full: all end the same way
         kind = type(error).__name__
         reason = "not in the local hub cache, and the hub is offline or unreachable" if "LocalEntry" in kind else kind
-        raise FileNotFoundError(f"{repo} ({', '.join(patterns)}) is not available here: {reason}; fetch it with "
-                                f"`{command}` and pass {option}=DIR") from None
+        raise FileNotFoundError(
+            f"{repo} ({', '.join(patterns)}) is not available here: {reason}; fetch it with "
+            f"`{command}` and pass {option}=DIR"
+        ) from None
 
 
 def shards_present(root: Path, source: str) -> None:
@@ -163,8 +169,16 @@ def stand_in_ids(text: str, first: int, count: int) -> list[int]:
 
 
 # -- a transformers Cache over the two-region static layout ------------------------------------
-def windowed_hf_cache(previous: Any, num_layers: int, batch: int, num_kv_heads: int, head_dim: int, size: int,
-                      dtype: torch.dtype, device: torch.device) -> Any:
+def windowed_hf_cache(
+    previous: Any,
+    num_layers: int,
+    batch: int,
+    num_kv_heads: int,
+    head_dim: int,
+    size: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Any:
     """A `transformers.Cache` whose layers are fixed (batch, kv_heads, size, head_dim) buffers (the
     previous image's cache when it fits: no reallocation, one class, so a compiled forward keeps its
     graph). The adapter sets `cache.write` (entries (L,)) before each forward; every layer writes its
@@ -175,7 +189,7 @@ def windowed_hf_cache(previous: Any, num_layers: int, batch: int, num_kv_heads: 
     return _windowed_cache_class()(num_layers, batch, num_kv_heads, head_dim, size, dtype, device)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _windowed_cache_class() -> type:
     from transformers.cache_utils import Cache, CacheLayerMixin
 
@@ -218,8 +232,16 @@ def _windowed_cache_class() -> type:
             self.values[:, :, destination] = self.values[:, :, source]
 
     class WindowedHFCache(Cache):
-        def __init__(self, num_layers: int, batch: int, num_kv_heads: int, head_dim: int, size: int,
-                     dtype: torch.dtype, device: torch.device) -> None:
+        def __init__(
+            self,
+            num_layers: int,
+            batch: int,
+            num_kv_heads: int,
+            head_dim: int,
+            size: int,
+            dtype: torch.dtype,
+            device: torch.device,
+        ) -> None:
             self.write = torch.zeros(0, dtype=torch.long, device=device)
             shape = (batch, num_kv_heads, size, head_dim)
             super().__init__(layers=[WindowedLayer(self, shape, dtype, device) for _ in range(num_layers)])
@@ -248,14 +270,15 @@ def cache_keyword(module: torch.nn.Module) -> str:
 def load_pretrained(model_class: Any, root: Path, dtype: torch.dtype, device: str, model: str) -> Any:
     """`from_pretrained` with SDPA attention that refuses a checkpoint missing weights (transformers
     would warn and initialise them randomly, which would silently benchmark a broken model)."""
-    loaded, info = model_class.from_pretrained(root, dtype=dtype, attn_implementation="sdpa",
-                                               output_loading_info=True)
+    loaded, info = model_class.from_pretrained(root, dtype=dtype, attn_implementation="sdpa", output_loading_info=True)
     problems = {kind: info.get(kind) for kind in ("missing_keys", "mismatched_keys") if info.get(kind)}
     if problems:
         kind, keys = next(iter(problems.items()))
         keys = sorted(map(str, keys))
-        raise ValueError(f"{root} does not match the {model_class.__name__} architecture of {model}: {len(keys)} "
-                         f"{kind.replace('_', ' ')}, e.g. {', '.join(keys[:3])}; re-download the checkpoint")
+        raise ValueError(
+            f"{root} does not match the {model_class.__name__} architecture of {model}: {len(keys)} "
+            f"{kind.replace('_', ' ')}, e.g. {', '.join(keys[:3])}; re-download the checkpoint"
+        )
     return loaded.to(device)
 
 

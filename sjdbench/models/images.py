@@ -1,4 +1,5 @@
 """Pixels out of the VQ decoders every real model ends with."""
+
 from __future__ import annotations
 
 import numpy as np

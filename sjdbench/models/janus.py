@@ -12,6 +12,7 @@ the pad token, all attended, at the same positions: exactly the batch `generate(
 loop: CFG 5, temperature 1, no top-k (transformers' `generate` would add its implicit top-k 50
 unless top_k=0 is passed; see docs/MODELS.md).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,12 +36,15 @@ HUB_FILES = ["*.json", "*.safetensors", "*.jinja", "tokenizer*"]
 # Language-model shapes of the released checkpoints (DeepSeek-LLM 1.5B / 7B bases), used only for
 # weights=random; real weights bring their own config.json.
 _TEXT = {
-    "1B": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=24, num_attention_heads=16,
-               num_key_value_heads=16),
-    "7B": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=30, num_attention_heads=32,
-               num_key_value_heads=32),
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=4),
+    "1B": dict(
+        hidden_size=2048, intermediate_size=5632, num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=16
+    ),
+    "7B": dict(
+        hidden_size=4096, intermediate_size=11008, num_hidden_layers=30, num_attention_heads=32, num_key_value_heads=32
+    ),
+    "tiny": dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4
+    ),
 }
 VOCAB = 102400
 PAD_ID, BOS_ID, BOI_ID = 100002, 100000, 100016  # stand-in ids for random weights (no tokenizer)
@@ -54,8 +58,15 @@ class JanusTokens:
 
 
 class JanusAdapter(WindowedAdapter):
-    def __init__(self, model: Any, encode_text: Callable[[str], list[int]], tokens: JanusTokens,
-                 sampling: Sampling = DEFAULT_SAMPLING, name: str = "janus", compile: bool = False) -> None:
+    def __init__(
+        self,
+        model: Any,
+        encode_text: Callable[[str], list[int]],
+        tokens: JanusTokens,
+        sampling: Sampling = DEFAULT_SAMPLING,
+        name: str = "janus",
+        compile: bool = False,
+    ) -> None:
         self.name, self.compile = name, compile
         self.model = hf_common.hf_modules_eval(model)
         self.lm = model.model.language_model
@@ -84,8 +95,16 @@ class JanusAdapter(WindowedAdapter):
         cfg = self.lm.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         dtype = self.lm.embed_tokens.weight.dtype
-        self._hf_cache = hf_common.windowed_hf_cache(self._hf_cache, cfg.num_hidden_layers, book.batch,
-                                                     cfg.num_key_value_heads, head_dim, book.size, dtype, self.device)
+        self._hf_cache = hf_common.windowed_hf_cache(
+            self._hf_cache,
+            cfg.num_hidden_layers,
+            book.batch,
+            cfg.num_key_value_heads,
+            head_dim,
+            book.size,
+            dtype,
+            self.device,
+        )
 
     def _prompt_inputs(self, prompt: PromptBatch) -> torch.Tensor:
         return self.model.get_input_embeddings()(prompt.tokens)  # (2, P, D)
@@ -96,8 +115,13 @@ class JanusAdapter(WindowedAdapter):
     def _run(self, x: torch.Tensor, write: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         self._hf_cache.write = write
         additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask, torch.finfo(x.dtype).min)
-        out = self.lm(inputs_embeds=x, attention_mask=additive, position_ids=rotary, use_cache=True,
-                      **{self._cache_keyword: self._hf_cache})
+        out = self.lm(
+            inputs_embeds=x,
+            attention_mask=additive,
+            position_ids=rotary,
+            use_cache=True,
+            **{self._cache_keyword: self._hf_cache},
+        )
         return out.last_hidden_state  # (2, L, D)
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -135,16 +159,29 @@ def random_config(size: str, resolution: int) -> Any:
     """The released architecture with random weights (sizes 1B/7B), or a shrunken one (tiny)."""
     from transformers import JanusConfig
 
-    text = dict(_TEXT[size], vocab_size=VOCAB, max_position_embeddings=16384, rms_norm_eps=1e-6,
-                model_type="llama", pad_token_id=PAD_ID, bos_token_id=BOS_ID)
+    text = dict(
+        _TEXT[size],
+        vocab_size=VOCAB,
+        max_position_embeddings=16384,
+        rms_norm_eps=1e-6,
+        model_type="llama",
+        pad_token_id=PAD_ID,
+        bos_token_id=BOS_ID,
+    )
     hidden = text["hidden_size"]
     tiny = size == "tiny"
-    vision = dict(image_size=resolution, patch_size=16, num_image_tokens=(resolution // 16) ** 2,
-                  projection_dim=hidden)
+    vision = dict(image_size=resolution, patch_size=16, num_image_tokens=(resolution // 16) ** 2, projection_dim=hidden)
     if tiny:
         vision.update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2)
-    vq = dict(embed_dim=8, num_embeddings=16384, projection_dim=hidden, image_token_embed_dim=hidden,
-              base_channels=32 if tiny else 128, channel_multiplier=[1, 1, 2, 2, 4], num_res_blocks=1 if tiny else 2)
+    vq = dict(
+        embed_dim=8,
+        num_embeddings=16384,
+        projection_dim=hidden,
+        image_token_embed_dim=hidden,
+        base_channels=32 if tiny else 128,
+        channel_multiplier=[1, 1, 2, 2, 4],
+        num_res_blocks=1 if tiny else 2,
+    )
     return JanusConfig(text_config=text, vision_config=vision, vq_config=vq, image_token_id=100581)
 
 
@@ -174,7 +211,8 @@ def build_janus_adapter(
         config = random_config(size, resolution)
         with torch.device(device):
             model = transformers.JanusForConditionalGeneration._from_config(
-                config, dtype=torch_dtype, attn_implementation="sdpa")
+                config, dtype=torch_dtype, attn_implementation="sdpa"
+            )
         tokens = JanusTokens(bos=BOS_ID, boi=BOI_ID, pad=PAD_ID)
 
         def encode(text: str) -> list[int]:
@@ -188,8 +226,11 @@ def build_janus_adapter(
     model = hf_common.load_pretrained(transformers.JanusForConditionalGeneration, root, torch_dtype, device, "janus")
     processor = transformers.JanusProcessor.from_pretrained(root)
     tokenizer = processor.tokenizer
-    tokens = JanusTokens(bos=tokenizer.bos_token_id, boi=tokenizer.convert_tokens_to_ids(processor.image_start_token),
-                         pad=tokenizer.pad_token_id)
+    tokens = JanusTokens(
+        bos=tokenizer.bos_token_id,
+        boi=tokenizer.convert_tokens_to_ids(processor.image_start_token),
+        pad=tokenizer.pad_token_id,
+    )
 
     def encode(text: str) -> list[int]:
         messages = [{"role": "user", "content": [{"type": "text", "text": text}]}]

@@ -18,6 +18,7 @@ sits at rotary position n_real[b] + j. This reproduces models whose CFG branches
 different lengths (Emu3's negative prompt) or none at all (Lumina-mGPT's unconditional branch starts
 at the image), exactly as separate unbatched forwards would see them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,8 +39,9 @@ class CacheBook:
     window_index: torch.Tensor  # (L,) entries (P + segment position) of the last window's slots
 
     @classmethod
-    def new(cls, pad_mask: torch.Tensor, segment_len: int, window: int, entry_positions: bool = False,
-            bucket: int = BUCKET) -> "CacheBook":
+    def new(
+        cls, pad_mask: torch.Tensor, segment_len: int, window: int, entry_positions: bool = False, bucket: int = BUCKET
+    ) -> CacheBook:
         """pad_mask: (B, P) True = real prompt token (padding must be on the left).
 
         entry_positions: rotary positions are the cache entries themselves in every row (a model whose
@@ -57,8 +59,15 @@ class CacheBook:
             prompt_pos = (pad_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, P)
         max_len = -(-(prompt_len + segment_len) // bucket) * bucket
         key_valid = torch.zeros(batch, max_len, dtype=torch.bool, device=device)
-        return cls(prompt_len, max_len, max(window, 1), n_real, prompt_pos, key_valid,
-                   torch.empty(0, dtype=torch.long, device=device))
+        return cls(
+            prompt_len,
+            max_len,
+            max(window, 1),
+            n_real,
+            prompt_pos,
+            key_valid,
+            torch.empty(0, dtype=torch.long, device=device),
+        )
 
     @property
     def size(self) -> int:
@@ -84,8 +93,9 @@ class CacheBook:
         mask = (causal[None] & visible[:, None, :]) | itself[None]  # (B, P, size)
         return index, self.prompt_pos, mask[:, None]
 
-    def window_forward(self, positions: torch.Tensor, window_mask: torch.Tensor | None
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def window_forward(
+        self, positions: torch.Tensor, window_mask: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(write entries (L,), rotary positions (B, L), mask (B, 1, L, size)) for window slots at
         segment positions (L,): slot i sees committed entries before its own position and the slots
         j with window_mask[i, j] (None: causal chain)."""
@@ -112,8 +122,9 @@ class CacheBook:
         return self.max_len + slots, destination
 
 
-def pad_window(tokens: torch.Tensor, rotary: torch.Tensor, write: torch.Tensor, mask: torch.Tensor, window: int
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def pad_window(
+    tokens: torch.Tensor, rotary: torch.Tensor, write: torch.Tensor, mask: torch.Tensor, window: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pad a window of L slots to `window` slots so a compiled forward sees one static shape.
 
     tokens (B, L, ...) and rotary (B, L) repeat their last slot; the padding slots write to the unused
@@ -135,8 +146,9 @@ class StaticKV:
     """One layer's keys and values: (B, heads, entries, head_dim) buffers written by entry index.
     Stale entries need no clearing: an entry becomes visible only after it has been written."""
 
-    def __init__(self, batch: int, heads: int, entries: int, head_dim: int, dtype: torch.dtype,
-                 device: torch.device) -> None:
+    def __init__(
+        self, batch: int, heads: int, entries: int, head_dim: int, dtype: torch.dtype, device: torch.device
+    ) -> None:
         self.k = torch.zeros(batch, heads, entries, head_dim, dtype=dtype, device=device)
         self.v = torch.zeros_like(self.k)
 

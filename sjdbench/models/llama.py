@@ -5,6 +5,7 @@ shipped). The cache is written by absolute position, so rolling back rejected Ja
 free: their slots are simply overwritten by the next forward, and the attention mask only lets a
 query see keys at positions <= its own (gpt-fast's design).
 """
+
 from __future__ import annotations
 
 import math
@@ -88,8 +89,17 @@ class KVCache(nn.Module):
     were not kept never reach the committed region.
     """
 
-    def __init__(self, batch: int, n_heads: int, max_len: int, window: int, head_dim: int, dtype, device,
-                 storage: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        batch: int,
+        n_heads: int,
+        max_len: int,
+        window: int,
+        head_dim: int,
+        dtype,
+        device,
+        storage: torch.Tensor | None = None,
+    ) -> None:
         """storage: (2, batch, n_heads, max_len + window, head_dim) to hold k and v, e.g. one layer's
         slice of the model's single cache tensor; allocated here when not given."""
         super().__init__()
@@ -207,7 +217,9 @@ class Llama(nn.Module):
         (n_layers, 2, B, nh, max_len + window, hd), so a commit is one copy, not 2 per layer."""
         p = self.head.weight
         cfg = self.cfg
-        self.kv = torch.zeros(cfg.n_layers, 2, batch, cfg.n_heads, max_len + window, cfg.head_dim, dtype=p.dtype, device=p.device)
+        self.kv = torch.zeros(
+            cfg.n_layers, 2, batch, cfg.n_heads, max_len + window, cfg.head_dim, dtype=p.dtype, device=p.device
+        )
         for layer, storage in zip(self.layers, self.kv):
             layer.attn.cache = KVCache(batch, cfg.n_heads, max_len, window, cfg.head_dim, p.dtype, p.device, storage)
         self.key_valid = torch.zeros(batch, max_len, dtype=torch.bool, device=p.device)
@@ -227,15 +239,24 @@ class Llama(nn.Module):
             x = x + self.segment_embed(segment_index.clamp(min=0)) * in_segment  # (B, L, D)
         return x
 
-    def _run(self, x: torch.Tensor, pos: torch.Tensor, index: torch.Tensor | None, mask: torch.Tensor,
-             visible: int | None = None) -> torch.Tensor:
+    def _run(
+        self,
+        x: torch.Tensor,
+        pos: torch.Tensor,
+        index: torch.Tensor | None,
+        mask: torch.Tensor,
+        visible: int | None = None,
+    ) -> torch.Tensor:
         cos, sin = self.rope_cos[pos], self.rope_sin[pos]  # (L, hd/2)
         for layer in self.layers:
             x = layer(x, cos, sin, index, mask, visible)
         return self.head(self.norm(x))
 
     def forward(
-        self, tokens: torch.Tensor, pos: torch.Tensor, pad_mask: torch.Tensor | None = None,
+        self,
+        tokens: torch.Tensor,
+        pos: torch.Tensor,
+        pad_mask: torch.Tensor | None = None,
         segment_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """tokens: (B, L) ids at absolute positions pos: (L,). pad_mask: (B, L) True = real token.
@@ -254,7 +275,9 @@ class Llama(nn.Module):
             key_pos = torch.arange(max_len, device=tokens.device)
             causal = key_pos[None, :] <= pos[:, None]  # (L, max_len)
             itself = key_pos[None, :] == pos[:, None]  # a padding query sees itself: no NaN rows
-            committed = (causal[None, None] & self.key_valid[:, None, None, :]) | itself[None, None]  # (B, 1, L, max_len)
+            committed = (causal[None, None] & self.key_valid[:, None, None, :]) | itself[
+                None, None
+            ]  # (B, 1, L, max_len)
             window = self.layers[0].attn.cache.window
             mask = torch.cat([committed, committed.new_zeros(B, 1, L, window)], dim=-1)  # window region unseen
             return self._run(x, pos, pos, mask)
@@ -265,7 +288,10 @@ class Llama(nn.Module):
         return self._run(x, pos, pos, mask)
 
     def forward_window(
-        self, tokens: torch.Tensor, pos: torch.Tensor, window_mask: torch.Tensor | None = None,
+        self,
+        tokens: torch.Tensor,
+        pos: torch.Tensor,
+        window_mask: torch.Tensor | None = None,
         segment_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """A window of drafts: tokens (B, L) at absolute positions pos (L,) -> logits (B, L, V).
@@ -287,7 +313,9 @@ class Llama(nn.Module):
             # the bound is free here, on a GPU it would be a host sync, so GPUs keep the full cache).
             visible = int(pos.max())
             key_pos = torch.arange(visible, device=tokens.device)
-            committed = (key_pos[None, :] < pos[:, None])[None, None] & self.key_valid[:, None, None, :visible]  # (B, 1, L, visible)
+            committed = (key_pos[None, :] < pos[:, None])[None, None] & self.key_valid[
+                :, None, None, :visible
+            ]  # (B, 1, L, visible)
             mask = torch.cat([committed, window_mask[None, None].expand(B, 1, L, L)], dim=-1)  # (B, 1, L, visible + L)
             return self._run(x, pos, None, mask, visible)
         max_len = self.key_valid.shape[1]
@@ -306,7 +334,9 @@ class Llama(nn.Module):
         max_len = self.key_valid.shape[1]
         if span is not None:
             slot, position, count = span
-            self.kv[:, :, :, :, position : position + count] = self.kv[:, :, :, :, max_len + slot : max_len + slot + count]
+            self.kv[:, :, :, :, position : position + count] = self.kv[
+                :, :, :, :, max_len + slot : max_len + slot + count
+            ]
             self.key_valid[:, position : position + count] = True
         else:
             self.kv[:, :, :, :, positions] = self.kv[:, :, :, :, max_len + slots]

@@ -8,6 +8,7 @@ Prompt (conditional):   <bos> caption <boi>
 Prompt (unconditional): <bos> <boi>, left-padded to the same length (padding is masked out), which
 is also what the toy model sees for the ~10% caption dropout in training, so CFG works.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -79,7 +80,7 @@ class LlamaImageAdapter:
         length = len(cond)
         tokens = torch.full((2, length), PAD, dtype=torch.long)
         tokens[0] = torch.tensor(cond)
-        tokens[1, length - len(uncond):] = torch.tensor(uncond)  # left-pad the unconditional branch
+        tokens[1, length - len(uncond) :] = torch.tensor(uncond)  # left-pad the unconditional branch
         pad_mask = tokens != PAD
         return PromptBatch(tokens.to(self.device), pad_mask.to(self.device), text=text)
 
@@ -103,13 +104,15 @@ class LlamaImageAdapter:
         return logits[:, -1].float()
 
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor, cache: None, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         # segment position j sits at absolute position P + j; the last prompt token predicts j = 0
         L = tokens.shape[0]
         self._window_positions = positions
-        logits = self.model.forward_window(tokens[None].expand(2, L), positions + self._prompt_len, mask,
-                                           segment_index=positions)  # (2, L, V)
+        logits = self.model.forward_window(
+            tokens[None].expand(2, L), positions + self._prompt_len, mask, segment_index=positions
+        )  # (2, L, V)
         return logits.float()
 
     @torch.inference_mode()

@@ -15,6 +15,7 @@ Caption cleaning: LlamaGen lower-cases and cleans captions with ftfy/BeautifulSo
 here captions are HTML-unescaped, lower-cased and whitespace-collapsed, which is the same text for
 plain captions (URLs, HTML tags and odd punctuation are not stripped).
 """
+
 from __future__ import annotations
 
 import html
@@ -71,8 +72,15 @@ class CaptionEncoder:
 class LlamaGenAdapter(WindowedAdapter):
     entry_positions = True  # the 2-D rotary table is indexed by absolute slot in both CFG rows
 
-    def __init__(self, gpt: LlamaGenGPT, vq: VQ16, captions: CaptionEncoder, sampling: Sampling = DEFAULT_SAMPLING,
-                 name: str = "llamagen", compile: bool = False) -> None:
+    def __init__(
+        self,
+        gpt: LlamaGenGPT,
+        vq: VQ16,
+        captions: CaptionEncoder,
+        sampling: Sampling = DEFAULT_SAMPLING,
+        name: str = "llamagen",
+        compile: bool = False,
+    ) -> None:
         self.name, self.compile = name, compile
         self.gpt, self.vq, self.captions = gpt.eval(), vq.eval(), captions
         g = gpt.cfg.grid
@@ -90,8 +98,12 @@ class LlamaGenAdapter(WindowedAdapter):
         null = self.gpt.cls_embedding.uncond_embedding.to(features.dtype)
         conditioning = torch.stack([features, null]).to(self.device)  # (2, 120, caption_dim)
         slots = torch.arange(CAPTION_TOKENS, device=self.device).expand(2, CAPTION_TOKENS)
-        return PromptBatch(slots, mask.to(self.device).expand(2, CAPTION_TOKENS).clone(), text=text,
-                           extras={"conditioning": conditioning})
+        return PromptBatch(
+            slots,
+            mask.to(self.device).expand(2, CAPTION_TOKENS).clone(),
+            text=text,
+            extras={"conditioning": conditioning},
+        )
 
     # -- WindowedAdapter hooks --------------------------------------------------------------
     def _allocate(self, book: CacheBook) -> None:
@@ -136,8 +148,7 @@ class LlamaGenAdapter(WindowedAdapter):
 # -- building -----------------------------------------------------------------------------------
 def t5_tokenizer(tokenizer: Any) -> Callable[[str], tuple[list[int], list[int]]]:
     def tokenize(text: str) -> tuple[list[int], list[int]]:
-        out = tokenizer(text, max_length=CAPTION_TOKENS, padding="max_length", truncation=True,
-                        add_special_tokens=True)
+        out = tokenizer(text, max_length=CAPTION_TOKENS, padding="max_length", truncation=True, add_special_tokens=True)
         return list(out["input_ids"]), list(out["attention_mask"])
 
     return tokenize
@@ -152,11 +163,20 @@ def stand_in_t5_tokenizer(text: str) -> tuple[list[int], list[int]]:
 def random_t5(size: str, transformers: Any) -> torch.nn.Module:
     """flan-t5-xl's encoder shape (or a tiny one) with random weights."""
     if size == "tiny":
-        config = transformers.T5Config(vocab_size=32128, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
-                                       feed_forward_proj="gated-gelu")
+        config = transformers.T5Config(
+            vocab_size=32128, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4, feed_forward_proj="gated-gelu"
+        )
     else:
-        config = transformers.T5Config(vocab_size=32128, d_model=2048, d_kv=64, d_ff=5120, num_layers=24,
-                                       num_heads=32, feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+        config = transformers.T5Config(
+            vocab_size=32128,
+            d_model=2048,
+            d_kv=64,
+            d_ff=5120,
+            num_layers=24,
+            num_heads=32,
+            feed_forward_proj="gated-gelu",
+            tie_word_embeddings=False,
+        )
     return transformers.T5EncoderModel(config)
 
 
@@ -190,7 +210,7 @@ def build_llamagen_adapter(
         vq_cfg = VQ16Config(ch=32, num_res_blocks=1) if tiny else VQ16Config()
         with hf_common.building(device, torch_dtype):
             gpt = hf_common.init_random(LlamaGenGPT(gpt_cfg))
-            gpt.cls_embedding.uncond_embedding.normal_(0.0, gpt_cfg.caption_dim ** -0.5)
+            gpt.cls_embedding.uncond_embedding.normal_(0.0, gpt_cfg.caption_dim**-0.5)
             t5 = random_t5(size, transformers)
         with torch.device(device):
             vq = VQ16(vq_cfg)
@@ -204,8 +224,13 @@ def build_llamagen_adapter(
     vq = VQ16.load(root / VQ_FILE)
     t5 = transformers.T5EncoderModel.from_pretrained(t5_root, dtype=torch_dtype)
     tokenizer = transformers.AutoTokenizer.from_pretrained(t5_root)
-    return LlamaGenAdapter(gpt.to(device=device, dtype=torch_dtype), vq.to(device),
-                           CaptionEncoder(t5_tokenizer(tokenizer), t5.to(device)), sampling, compile=compile)
+    return LlamaGenAdapter(
+        gpt.to(device=device, dtype=torch_dtype),
+        vq.to(device),
+        CaptionEncoder(t5_tokenizer(tokenizer), t5.to(device)),
+        sampling,
+        compile=compile,
+    )
 
 
 def _model_state(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -226,13 +251,17 @@ def llamagen_weights_dirs(path: str | None, t5_path: str | None, resolution: int
     if t5_path is not None:
         t5_root = hf_common.local_dir(t5_path, ["config.json"], f"the {T5_HUB} repository")
     else:
-        t5_root = hf_common.hub_dir(T5_HUB, ["*.json", "*.safetensors", "spiece.model"],
-                                    option="model.options.t5_path")
+        t5_root = hf_common.hub_dir(T5_HUB, ["*.json", "*.safetensors", "spiece.model"], option="model.options.t5_path")
     return root, t5_root
 
 
-def weights_fingerprint(path: str | None = None, t5_path: str | None = None, weights: str = "pretrained",
-                        size: str = "XL", resolution: int = 512) -> str:
+def weights_fingerprint(
+    path: str | None = None,
+    t5_path: str | None = None,
+    weights: str = "pretrained",
+    size: str = "XL",
+    resolution: int = 512,
+) -> str:
     if weights == "random":
         return f"random weights ({size}): meaningless tokens"
     root, t5_root = llamagen_weights_dirs(path, t5_path, resolution)

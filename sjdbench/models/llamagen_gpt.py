@@ -12,6 +12,7 @@ Parameter names follow `checkpoint["model"]` of the release: `cls_embedding.cap_
 `layers.N.attention.wqkv/wo`, `layers.N.feed_forward.w1/w2/w3`, `layers.N.attention_norm`,
 `layers.N.ffn_norm`, `norm`, `output`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,8 +54,15 @@ def config_from_state(state: dict[str, torch.Tensor], grid: int) -> GPTConfig:
     vocab_size, dim = state["tok_embeddings.weight"].shape
     n_layer = 1 + max(int(k.split(".")[1]) for k in state if k.startswith("layers."))
     cls_token_num, caption_dim = state["cls_embedding.uncond_embedding"].shape
-    return GPTConfig(dim=dim, n_layer=n_layer, n_head={3200: 32, 4096: 32}.get(dim, dim // 64), vocab_size=vocab_size,
-                     cls_token_num=cls_token_num, caption_dim=caption_dim, grid=grid)
+    return GPTConfig(
+        dim=dim,
+        n_layer=n_layer,
+        n_head={3200: 32, 4096: 32}.get(dim, dim // 64),
+        vocab_size=vocab_size,
+        cls_token_num=cls_token_num,
+        caption_dim=caption_dim,
+        grid=grid,
+    )
 
 
 def rope_table_2d(cfg: GPTConfig) -> torch.Tensor:

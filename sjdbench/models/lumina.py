@@ -20,6 +20,7 @@ the break token, so it computes exactly the unbatched logits (tests/test_lumina.
 Image token ids <-> VQ codes come from the vocabulary's `IMGIMG<letters>Z` names (letters A-J are the
 code's decimal digits), never from an assumed offset.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,9 @@ PATCH = 32  # pixels per grid token; the VQGAN downsamples 16x, so 2 latent rows
 DEFAULT_SAMPLING = Sampling(cfg_scale=3.0, temperature=1.0, top_k=2000, top_p=1.0)
 PAPER_GSD_D_THR = 0.5  # So et al.'s threshold, measured on Lumina-mGPT's own input embeddings
 VQGAN_FILES = ["vqgan.ckpt", "vqgan.yaml"]
-VQGAN_SOURCE = ("Meta's Chameleon image tokenizer (tokenizer/vqgan.ckpt and tokenizer/vqgan.yaml of the "
-                "Chameleon release)")
+VQGAN_SOURCE = (
+    "Meta's Chameleon image tokenizer (tokenizer/vqgan.ckpt and tokenizer/vqgan.yaml of the Chameleon release)"
+)
 IMAGE_NAME = re.compile(r"IMGIMG([A-J]+)Z")
 SEPARATOR, BREAK, END, NEW_LINE = "<reserved08706>", "<racm3:break>", "<eoss>", "<reserved08799>"
 
@@ -73,11 +75,12 @@ class LuminaVocabulary:
     names: dict[str, int]
 
     @classmethod
-    def from_names(cls, names: dict[str, int], bos: int) -> "LuminaVocabulary":
+    def from_names(cls, names: dict[str, int], bos: int) -> LuminaVocabulary:
         codes = {code: int(i) for name, i in names.items() if (code := image_code(name)) is not None}
         if not codes or sorted(codes) != list(range(len(codes))):
-            raise ValueError("the vocabulary has no complete set of IMGIMG...Z image tokens; "
-                             "is this a Chameleon checkpoint?")
+            raise ValueError(
+                "the vocabulary has no complete set of IMGIMG...Z image tokens; is this a Chameleon checkpoint?"
+            )
         missing = [n for n in (SEPARATOR, BREAK, END, NEW_LINE) if n not in names]
         if missing:
             raise ValueError(f"the vocabulary lacks Lumina-mGPT's structural tokens {missing}")
@@ -99,8 +102,12 @@ def lumina_layout(vocab: LuminaVocabulary, resolution: int) -> SegmentLayout:
     head = torch.tensor([vocab.image_start, vocab.grid_token(n_grids), vocab.grid_token(n_grids)])
     tail = torch.tensor([vocab.image_end])
     minus = lambda n: torch.full((n,), -1, dtype=torch.long)  # noqa: E731
-    return SegmentLayout(torch.cat([head, grid.forced, tail]), torch.cat([minus(3), grid.row, minus(1)]),
-                         torch.cat([minus(3), grid.col, minus(1)]), (side, side))
+    return SegmentLayout(
+        torch.cat([head, grid.forced, tail]),
+        torch.cat([minus(3), grid.row, minus(1)]),
+        torch.cat([minus(3), grid.col, minus(1)]),
+        (side, side),
+    )
 
 
 def prompt_text(caption: str, resolution: int) -> str:
@@ -108,9 +115,18 @@ def prompt_text(caption: str, resolution: int) -> str:
 
 
 class LuminaAdapter(WindowedAdapter):
-    def __init__(self, lm: ChameleonLM, vqgan: ChameleonVQGAN, vocab: LuminaVocabulary,
-                 encode_text: Callable[[str], list[int]], resolution: int, sampling: Sampling = DEFAULT_SAMPLING,
-                 name: str = "lumina", compile: bool = False, gsd_d_thr: float = PAPER_GSD_D_THR) -> None:
+    def __init__(
+        self,
+        lm: ChameleonLM,
+        vqgan: ChameleonVQGAN,
+        vocab: LuminaVocabulary,
+        encode_text: Callable[[str], list[int]],
+        resolution: int,
+        sampling: Sampling = DEFAULT_SAMPLING,
+        name: str = "lumina",
+        compile: bool = False,
+        gsd_d_thr: float = PAPER_GSD_D_THR,
+    ) -> None:
         self.name, self.compile, self.resolution = name, compile, resolution
         self.lm, self.vqgan, self.vocab = lm.eval(), vqgan.eval(), vocab
         self._encode_text = encode_text  # text -> ids without BOS
@@ -178,9 +194,12 @@ def stand_in_vocabulary(n_codes: int = 8192) -> dict[str, int]:
 
 def random_parts(size: str) -> tuple[ChameleonLMConfig, VQGANConfig]:
     if size == "tiny":
-        return (ChameleonLMConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                  num_key_value_heads=4),
-                VQGANConfig(ch=32, ch_mult=[1, 1, 2, 2, 4], num_res_blocks=1, z_channels=32))
+        return (
+            ChameleonLMConfig(
+                hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4
+            ),
+            VQGANConfig(ch=32, ch_mult=[1, 1, 2, 2, 4], num_res_blocks=1, z_channels=32),
+        )
     return ChameleonLMConfig(), VQGANConfig()  # Chameleon-7B and the released tokenizer
 
 
@@ -246,8 +265,15 @@ def build_lumina_adapter(
         with torch.device(device):
             vqgan = ChameleonVQGAN(vq_config)
         vocab = LuminaVocabulary.from_names(stand_in_vocabulary(vq_config.n_embed), bos=lm_config.bos_token_id)
-        return LuminaAdapter(lm, vqgan, vocab, lambda text: hf_common.stand_in_ids(text, 9000, 50000), resolution,
-                             sampling, compile=compile)
+        return LuminaAdapter(
+            lm,
+            vqgan,
+            vocab,
+            lambda text: hf_common.stand_in_ids(text, 9000, 50000),
+            resolution,
+            sampling,
+            compile=compile,
+        )
 
     hf_common.require_transformers("lumina")  # the tokenizer only
     root, vq_root = lumina_weights_dirs(path, vqgan_dir, resolution)
@@ -275,14 +301,21 @@ def lumina_weights_dirs(path: str | None, vqgan_dir: str | None, resolution: int
         root = hf_common.hub_dir(repo, ["*.json", "*.safetensors", "tokenizer*"])
     hf_common.shards_present(root, source)
     if vqgan_dir is None:
-        raise FileNotFoundError(f"decoding needs {VQGAN_SOURCE}; put vqgan.ckpt and vqgan.yaml in a "
-                                "directory and pass model.options.vqgan_dir=DIR")
+        raise FileNotFoundError(
+            f"decoding needs {VQGAN_SOURCE}; put vqgan.ckpt and vqgan.yaml in a "
+            "directory and pass model.options.vqgan_dir=DIR"
+        )
     vq_root = hf_common.local_dir(vqgan_dir, VQGAN_FILES, VQGAN_SOURCE)
     return root, vq_root
 
 
-def weights_fingerprint(path: str | None = None, vqgan_dir: str | None = None, weights: str = "pretrained",
-                        size: str = "7B", resolution: int = 768) -> str:
+def weights_fingerprint(
+    path: str | None = None,
+    vqgan_dir: str | None = None,
+    weights: str = "pretrained",
+    size: str = "7B",
+    resolution: int = 768,
+) -> str:
     if weights == "random":
         return f"random weights ({size}): meaningless tokens"
     root, vq_root = lumina_weights_dirs(path, vqgan_dir, resolution)

@@ -1,4 +1,5 @@
 """Model name -> adapter builder, imported lazily so listing models never loads heavy code."""
+
 from __future__ import annotations
 
 import importlib

@@ -6,6 +6,7 @@ Parameter names follow that checkpoint: encoder/decoder `conv_blocks.<level>.res
 quantizer's `embedding` plus its `codebook_used` usage buffer. Decoding looks codes up in the
 L2-normalised codebook, as LlamaGen's `decode_code` does.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,8 +16,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sjdbench.models.vq_blocks import (AttnBlock, Downsample, ResnetBlock, Upsample, group_norm, load_exact,
-                                       read_checkpoint, swish)
+from sjdbench.models.vq_blocks import (
+    AttnBlock,
+    Downsample,
+    ResnetBlock,
+    Upsample,
+    group_norm,
+    load_exact,
+    read_checkpoint,
+    swish,
+)
 
 
 @dataclass
@@ -34,7 +43,7 @@ class VQ16Config:
         return 2 ** (len(self.ch_mult) - 1)
 
     @classmethod
-    def from_state(cls, state: dict[str, torch.Tensor]) -> "VQ16Config":
+    def from_state(cls, state: dict[str, torch.Tensor]) -> VQ16Config:
         """The architecture of a checkpoint, read from its weight shapes (VQ-16 and VQ-8 alike)."""
         ch = state["encoder.conv_in.weight"].shape[0]
         levels = 1 + max(int(k.split(".")[2]) for k in state if k.startswith("encoder.conv_blocks."))
@@ -42,9 +51,15 @@ class VQ16Config:
         blocks = {k.split(".")[4] for k in state if k.startswith("encoder.conv_blocks.0.res.")}
         size, dim = state["quantize.embedding.weight"].shape
         usage = state.get("quantize.codebook_used")
-        return cls(codebook_size=size, codebook_embed_dim=dim, ch=ch, ch_mult=mult, num_res_blocks=len(blocks),
-                   z_channels=state["encoder.conv_out.weight"].shape[0],
-                   usage_buffer=usage.numel() if usage is not None else cls.usage_buffer)
+        return cls(
+            codebook_size=size,
+            codebook_embed_dim=dim,
+            ch=ch,
+            ch_mult=mult,
+            num_res_blocks=len(blocks),
+            z_channels=state["encoder.conv_out.weight"].shape[0],
+            usage_buffer=usage.numel() if usage is not None else cls.usage_buffer,
+        )
 
 
 class _Level(nn.Module):
@@ -155,7 +170,7 @@ class VQ16(nn.Module):
         return self.decoder(self.post_quant_conv(z))
 
     @classmethod
-    def load(cls, checkpoint: Path) -> "VQ16":
+    def load(cls, checkpoint: Path) -> VQ16:
         state = read_checkpoint(checkpoint)
         state = state.get("model", state)
         model = cls(VQ16Config.from_state(state))

@@ -5,6 +5,7 @@ Both release checkpoints name these blocks' parameters the same way (norm1/conv1
 nin_shortcut, norm/q/k/v/proj_out, conv); they differ only in how the blocks are nested, which each
 model file spells out. Inference only: no dropout, no losses.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,8 +56,10 @@ class AttnBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, C, H, W = x.shape
         h = self.norm(x)
-        q, k, v = (proj(h).reshape(B, 1, C, H * W).transpose(-1, -2)  # (B, 1, HW, C)
-                   for proj in (self.q, self.k, self.v))
+        q, k, v = (
+            proj(h).reshape(B, 1, C, H * W).transpose(-1, -2)  # (B, 1, HW, C)
+            for proj in (self.q, self.k, self.v)
+        )
         out = F.scaled_dot_product_attention(q, k, v)  # softmax(q k^T / sqrt(C)) v
         return x + self.proj_out(out.transpose(-1, -2).reshape(B, C, H, W))
 
@@ -81,8 +84,9 @@ class Downsample(nn.Module):
         return self.conv(F.pad(x, (0, 1, 0, 1)))
 
 
-def load_exact(module: nn.Module, state: dict[str, torch.Tensor], source: str, ignore: tuple[str, ...] = ()
-               ) -> list[str]:
+def load_exact(
+    module: nn.Module, state: dict[str, torch.Tensor], source: str, ignore: tuple[str, ...] = ()
+) -> list[str]:
     """Load `state` (keys under `ignore` prefixes dropped) requiring every weight of `module` with its
     exact shape: one readable line (file, count, first keys) when one is missing or misshapen, never
     a silently half-random model. Keys the module does not have are returned (and logged), not fatal:
@@ -93,12 +97,19 @@ def load_exact(module: nn.Module, state: dict[str, torch.Tensor], source: str, i
     wrong = sorted(k for k in set(expected) & set(kept) if tuple(expected[k].shape) != tuple(kept[k].shape))
     for label, keys in (("missing", missing), ("wrongly shaped", wrong)):
         if keys:
-            raise ValueError(f"{source}: {len(keys)} {label} weights for {type(module).__name__}, e.g. "
-                             f"{', '.join(keys[:3])}; is this the right checkpoint?")
+            raise ValueError(
+                f"{source}: {len(keys)} {label} weights for {type(module).__name__}, e.g. "
+                f"{', '.join(keys[:3])}; is this the right checkpoint?"
+            )
     unexpected = sorted(set(kept) - set(expected))
     if unexpected:
-        log.warning("%s: %d weights not used by %s, e.g. %s", source, len(unexpected), type(module).__name__,
-                    ", ".join(unexpected[:3]))
+        log.warning(
+            "%s: %d weights not used by %s, e.g. %s",
+            source,
+            len(unexpected),
+            type(module).__name__,
+            ", ".join(unexpected[:3]),
+        )
     module.load_state_dict({k: kept[k] for k in expected}, strict=True)
     return unexpected
 

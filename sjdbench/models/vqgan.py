@@ -6,6 +6,7 @@ the release checkpoint's `state_dict` (encoder.*, decoder.*, quantize.embedding.
 post_quant_conv.*): every weight of the module must be in the file with its shape (`loss.*`
 discriminator weights a training checkpoint may carry are skipped by name).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,8 +15,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from sjdbench.models.vq_blocks import (AttnBlock, Downsample, ResnetBlock, Upsample, group_norm, load_exact,
-                                       read_checkpoint, swish)
+from sjdbench.models.vq_blocks import (
+    AttnBlock,
+    Downsample,
+    ResnetBlock,
+    Upsample,
+    group_norm,
+    load_exact,
+    read_checkpoint,
+    swish,
+)
 
 
 @dataclass
@@ -35,15 +44,24 @@ class VQGANConfig:
     double_z: bool = False
 
     @classmethod
-    def from_yaml(cls, path: Path) -> "VQGANConfig":
+    def from_yaml(cls, path: Path) -> VQGANConfig:
         import yaml
 
         params = yaml.safe_load(Path(path).read_text())["model"]["params"]
         dd = params["ddconfig"]
-        return cls(n_embed=params["n_embed"], embed_dim=params["embed_dim"], z_channels=dd["z_channels"],
-                   resolution=dd["resolution"], in_channels=dd["in_channels"], out_ch=dd["out_ch"], ch=dd["ch"],
-                   ch_mult=list(dd["ch_mult"]), num_res_blocks=dd["num_res_blocks"],
-                   attn_resolutions=list(dd["attn_resolutions"]), double_z=dd.get("double_z", False))
+        return cls(
+            n_embed=params["n_embed"],
+            embed_dim=params["embed_dim"],
+            z_channels=dd["z_channels"],
+            resolution=dd["resolution"],
+            in_channels=dd["in_channels"],
+            out_ch=dd["out_ch"],
+            ch=dd["ch"],
+            ch_mult=list(dd["ch_mult"]),
+            num_res_blocks=dd["num_res_blocks"],
+            attn_resolutions=list(dd["attn_resolutions"]),
+            double_z=dd.get("double_z", False),
+        )
 
     @property
     def downsampling(self) -> int:
@@ -172,7 +190,7 @@ class ChameleonVQGAN(nn.Module):
         return distance.argmin(-1).view(z.shape[:3])
 
     @classmethod
-    def load(cls, checkpoint: Path, config: Path | None = None) -> "ChameleonVQGAN":
+    def load(cls, checkpoint: Path, config: Path | None = None) -> ChameleonVQGAN:
         cfg = VQGANConfig.from_yaml(config) if config is not None else VQGANConfig()
         model = cls(cfg)
         state = read_checkpoint(checkpoint)

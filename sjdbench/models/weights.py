@@ -8,6 +8,7 @@ header and the file size, so it is cheap for any model: a truncated file has les
 header promises, a corrupt header does not parse. Flipped bytes inside the data are caught only by
 a checksum, which models record at export (`checksums.json` next to the weights).
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,8 +22,23 @@ from typing import Mapping, Sequence
 from sjdbench.errors import UserError
 
 CHECKSUMS = "checksums.json"  # {file name: sha256 hex} written when weights are exported
-DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
-               "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
+DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "U16": 2,
+    "U32": 4,
+    "U64": 8,
+}
 
 
 class WeightsError(UserError):
@@ -35,15 +51,21 @@ def safetensors_header(path: Path) -> dict:
     with open(path, "rb") as handle:
         head = handle.read(8)
         if len(head) < 8:
-            raise WeightsError(f"{path} is truncated ({size} bytes, not even a safetensors header); restore or re-export it")
+            raise WeightsError(
+                f"{path} is truncated ({size} bytes, not even a safetensors header); restore or re-export it"
+            )
         (length,) = struct.unpack("<Q", head)
         if length > size - 8:
-            raise WeightsError(f"{path} is truncated or corrupt: its header claims {length} bytes but the file has {size}; "
-                               "restore or re-export it")
+            raise WeightsError(
+                f"{path} is truncated or corrupt: its header claims {length} bytes but the file has {size}; "
+                "restore or re-export it"
+            )
         try:
             header = json.loads(handle.read(length))
         except (ValueError, UnicodeDecodeError):
-            raise WeightsError(f"{path} is corrupt: its safetensors header is not valid JSON; restore or re-export it") from None
+            raise WeightsError(
+                f"{path} is corrupt: its safetensors header is not valid JSON; restore or re-export it"
+            ) from None
     header.pop("__metadata__", None)
     data_bytes = size - 8 - length
     needed = 0
@@ -54,8 +76,10 @@ def safetensors_header(path: Path) -> dict:
             raise WeightsError(f"{path} is corrupt: tensor {name} has shape {entry['shape']} but {end - begin} bytes")
         needed = max(needed, end)
     if needed > data_bytes:
-        raise WeightsError(f"{path} is truncated: its tensors need {needed} bytes of data, the file holds {data_bytes}; "
-                           "restore or re-export it")
+        raise WeightsError(
+            f"{path} is truncated: its tensors need {needed} bytes of data, the file holds {data_bytes}; "
+            "restore or re-export it"
+        )
     return header
 
 
@@ -94,8 +118,9 @@ def write_checksums(folder: Path, names: Sequence[str]) -> None:
     path.chmod(0o644)
 
 
-def check_weight_file(path: Path, expected_shapes: Mapping[str, Sequence[int]] | None = None,
-                      checksums: Mapping[str, str] | None = None) -> None:
+def check_weight_file(
+    path: Path, expected_shapes: Mapping[str, Sequence[int]] | None = None, checksums: Mapping[str, str] | None = None
+) -> None:
     """A safetensors file holds what its header says, matches its recorded checksum (if any) and
     has the tensor shapes the model's config needs (if given)."""
     if not path.exists():
@@ -105,14 +130,20 @@ def check_weight_file(path: Path, expected_shapes: Mapping[str, Sequence[int]] |
     if expected_sum:
         actual = sha256_file(path)
         if actual != expected_sum:
-            raise WeightsError(f"{path} is corrupt: sha256 {actual[:16]}… differs from the recorded {expected_sum[:16]}… "
-                               f"({CHECKSUMS}); restore the file (git checkout, reinstall) or retrain")
+            raise WeightsError(
+                f"{path} is corrupt: sha256 {actual[:16]}… differs from the recorded {expected_sum[:16]}… "
+                f"({CHECKSUMS}); restore the file (git checkout, reinstall) or retrain"
+            )
     if expected_shapes is not None:
         missing = sorted(set(expected_shapes) - set(header))
         if missing:
-            raise WeightsError(f"{path} lacks tensor {missing[0]} (and {len(missing) - 1} more) that the model's config "
-                               "needs; the file belongs to another model or version")
+            raise WeightsError(
+                f"{path} lacks tensor {missing[0]} (and {len(missing) - 1} more) that the model's config "
+                "needs; the file belongs to another model or version"
+            )
         for name, shape in expected_shapes.items():
             if list(header[name]["shape"]) != list(shape):
-                raise WeightsError(f"{path}: tensor {name} has shape {header[name]['shape']}, the model's config needs "
-                                   f"{list(shape)}; the weights and their config do not belong together")
+                raise WeightsError(
+                    f"{path}: tensor {name} has shape {header[name]['shape']}, the model's config needs "
+                    f"{list(shape)}; the weights and their config do not belong together"
+                )

@@ -14,6 +14,7 @@ Only the logits the loop reads are computed: the prefill returns the last prompt
 whole prompt's. With `compile=True` the window forward is a `torch.compile`d function of static
 shape (windows are padded to the cache's window size); the prefill stays eager.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -64,8 +65,9 @@ class WindowedAdapter:
         return self._head(hidden[:, -1:])[:, 0].float()  # (2, V)
 
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: CacheBook,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor, cache: CacheBook, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         L = tokens.shape[0]
         write, rotary, attn = cache.window_forward(positions, mask)
         x = self._embed(tokens[None].expand(cache.batch, L))  # (2, L, D)

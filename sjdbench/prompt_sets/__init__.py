@@ -6,6 +6,7 @@ references can be built from a run alone.
 `load_prompt_set(data)` returns None for names that are not one of these sets (shipped `.txt`
 sets and user files are read by `sjdbench.datasets`).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable

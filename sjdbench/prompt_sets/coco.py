@@ -16,6 +16,7 @@ coco2014_30k: the fixed list of 30,000 COCO 2014 val captions that LlamaGen and 
 (LlamaGen's `evaluations/t2i/coco_captions.csv`: a `Prompt` header, then one caption per line),
 read line by line and verbatim. The reference set is the val2014 folder (`data.images`).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,7 +45,9 @@ def read_annotations(path: Path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UserError(f"cannot read {path} as COCO captions JSON: {error}") from None
     if not isinstance(doc, dict) or not {"images", "annotations"} <= set(doc):
-        raise UserError(f"{path} is not a COCO captions file: it needs 'images' and 'annotations' (captions_val2017.json)")
+        raise UserError(
+            f"{path} is not a COCO captions file: it needs 'images' and 'annotations' (captions_val2017.json)"
+        )
     return doc
 
 
@@ -77,8 +80,10 @@ def select_captions(doc: dict, selection: str) -> list[tuple[dict, dict]]:
                 if longest_so_far < len(ann["caption"]):
                     longest_so_far, slot = len(ann["caption"]), i
             if slot >= len(anns):
-                raise UserError(f"sjd_legacy selection: image {image['id']} has {len(anns)} captions but the carried slot "
-                                f"is {slot} (the original code fails here too); use data.caption=longest")
+                raise UserError(
+                    f"sjd_legacy selection: image {image['id']} has {len(anns)} captions but the carried slot "
+                    f"is {slot} (the original code fails here too); use data.caption=longest"
+                )
             chosen.append((image, anns[slot]))
         return chosen
     for image in images:
@@ -92,8 +97,10 @@ def select_captions(doc: dict, selection: str) -> list[tuple[dict, dict]]:
 
 def load_coco2017(data) -> list[tuple[str, dict[str, Any]]]:
     if not data.path or data.path == "???":
-        raise UserError("data=coco2017 needs the captions file: pass data.path=<captions_val2017.json> "
-                        f"(annotations/captions_val2017.json inside {ANNOTATIONS_URL})")
+        raise UserError(
+            "data=coco2017 needs the captions file: pass data.path=<captions_val2017.json> "
+            f"(annotations/captions_val2017.json inside {ANNOTATIONS_URL})"
+        )
     path = Path(data.path).expanduser()
     if not path.exists():
         raise UserError(f"data.path={path} does not exist; pass the path of captions_val2017.json")

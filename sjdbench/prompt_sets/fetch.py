@@ -3,6 +3,7 @@
 A prompt file changes what every run measures, so a download whose checksum differs from the pinned
 one is refused, and nothing half-written is ever left at the cached path (temp file, then rename).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,8 +40,10 @@ def sha256_of(path: Path) -> str:
 
 
 def missing_message(remote: RemoteFile) -> str:
-    return (f"{remote.filename} is not at {remote.cached()}: run `sjdbench data fetch {remote.data_name}` "
-            f"(downloads {remote.url}), or place the file there, or pass data.path=<your copy of {remote.filename}>")
+    return (
+        f"{remote.filename} is not at {remote.cached()}: run `sjdbench data fetch {remote.data_name}` "
+        f"(downloads {remote.url}), or place the file there, or pass data.path=<your copy of {remote.filename}>"
+    )
 
 
 def fetch(remote: RemoteFile, timeout_s: float = 20.0) -> Path:
@@ -56,8 +59,10 @@ def fetch(remote: RemoteFile, timeout_s: float = 20.0) -> Path:
     except (urllib.error.URLError, OSError, TimeoutError) as error:
         tmp.unlink(missing_ok=True)
         reason = getattr(error, "reason", error)
-        raise UserError(f"cannot download {remote.filename} from {remote.url} ({reason}); download it on a machine "
-                        f"with network access and place it at {target}, or pass data.path=<your copy>") from None
+        raise UserError(
+            f"cannot download {remote.filename} from {remote.url} ({reason}); download it on a machine "
+            f"with network access and place it at {target}, or pass data.path=<your copy>"
+        ) from None
     got = sha256_of(tmp)
     if got != remote.sha256:
         tmp.unlink(missing_ok=True)

@@ -4,6 +4,7 @@ Read with quoting off and kept verbatim. Why: default CSV quoting turns `"G I G 
 into `G I G G L E painted ...`, and ten prompts carry leading or trailing spaces; both change what
 the model is asked. Category and Challenge ride along as prompt metadata for per-category tables.
 """
+
 from __future__ import annotations
 
 import csv
@@ -17,7 +18,9 @@ from sjdbench.prompt_sets.fetch import RemoteFile, resolve
 log = logging.getLogger(__name__)
 _warned: set[str] = set()  # one warning per file and process (sweeps load the set once per grid point)
 
-COMMIT = "5a657978134374ce28973948331b319adef164bd"  # google-research/parti; the file is unchanged since its first release
+COMMIT = (
+    "5a657978134374ce28973948331b319adef164bd"  # google-research/parti; the file is unchanged since its first release
+)
 PARTI = RemoteFile(
     data_name="parti",
     filename="PartiPrompts.tsv",
@@ -52,6 +55,10 @@ def load(data) -> list[tuple[str, dict[str, Any]]]:
     entries = parse(path)
     if not pinned and str(path) not in _warned:
         _warned.add(str(path))
-        log.warning("%s differs from the pinned PartiPrompts.tsv (%d prompts); results are not comparable "
-                    "with runs on the published file", path, len(entries))
+        log.warning(
+            "%s differs from the pinned PartiPrompts.tsv (%d prompts); results are not comparable "
+            "with runs on the published file",
+            path,
+            len(entries),
+        )
     return entries

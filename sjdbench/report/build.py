@@ -8,6 +8,7 @@ them), runs.parquet, samples.parquet, figures/<model>-<data>/*.{png,svg}, report
 provenance.json. Every file is written atomically; the report never writes into the store except
 draft traces, when asked for (--trace-drafts).
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -26,14 +27,24 @@ from sjdbench.report.pairing import pair_all
 from sjdbench.report.provenance import mixing_warnings, notes, timing_warnings, unused_runs
 from sjdbench.report.render import to_csv, to_latex, to_markdown
 from sjdbench.report.select import Filters, parse_filters, select_runs
-from sjdbench.report.tables import (Table, ablation_tables, category_tables, main_run_ids, main_table, quality_metrics,
-                                    quality_tables, slug, with_numbers)
+from sjdbench.report.tables import (
+    Table,
+    ablation_tables,
+    category_tables,
+    main_run_ids,
+    main_table,
+    quality_metrics,
+    quality_tables,
+    slug,
+    with_numbers,
+)
 from sjdbench.store import atomic_write_bytes, atomic_write_json, atomic_write_text
 
-
-LOSSLESS_NOTE = ("lossless: every part of the decoder claims to keep AR's distribution with the knobs it was given "
-                 "(exact or greedy verifier; resample, exact coupling or VP with its fused reference; any init; a chain "
-                 "or a first-sibling tree), each claim tested against exact AR probabilities in tests/test_exactness.py")
+LOSSLESS_NOTE = (
+    "lossless: every part of the decoder claims to keep AR's distribution with the knobs it was given "
+    "(exact or greedy verifier; resample, exact coupling or VP with its fused reference; any init; a chain "
+    "or a first-sibling tree), each claim tested against exact AR probabilities in tests/test_exactness.py"
+)
 
 
 @dataclass
@@ -62,8 +73,12 @@ def trace_drafts(runs: pd.DataFrame, prompts: int, progress: Callable[[str], Non
     from sjdbench.report.draft_traces import record_run
 
     problems = []
-    todo = runs[runs["status"].isin(USABLE) & ~runs["is_ar"].astype(bool) & ~runs["greedy"].astype(bool)
-                & ~runs["has_draft_traces"].astype(bool)]
+    todo = runs[
+        runs["status"].isin(USABLE)
+        & ~runs["is_ar"].astype(bool)
+        & ~runs["greedy"].astype(bool)
+        & ~runs["has_draft_traces"].astype(bool)
+    ]
     for _, run in todo.iterrows():
         try:
             record_run(Path(run["run_dir"]), prompts, progress)
@@ -115,15 +130,23 @@ def collect(filters: Filters) -> Collected:
     selected = select_runs(load_runs(filters.root), filters)
     runs = selected[selected["status"].isin(USABLE)].reset_index(drop=True)
     if runs.empty:
-        raise UserError(f"the runs matching {filters.describe()} hold no samples yet ({len(selected)} runs); run "
-                        "their commands first")
+        raise UserError(
+            f"the runs matching {filters.describe()} hold no samples yet ({len(selected)} runs); run "
+            "their commands first"
+        )
     samples_all = load_samples(selected)
     samples = samples_all[samples_all["run_id"].isin(runs["run_id"])]
     return Collected(selected, runs, samples_all, samples, load_scores(runs), pair_all(runs, samples))
 
 
-def build_report(words: list[str], out: Path | None = None, every_run: bool = False, trace: int = 0,
-                 progress: Callable[[str], None] | None = None, figures: bool = True) -> Report:
+def build_report(
+    words: list[str],
+    out: Path | None = None,
+    every_run: bool = False,
+    trace: int = 0,
+    progress: Callable[[str], None] | None = None,
+    figures: bool = True,
+) -> Report:
     filters = parse_filters(words)
     out = Path(out) if out else filters.root / "report"
     progress = progress or (lambda line: None)
@@ -138,8 +161,20 @@ def build_report(words: list[str], out: Path | None = None, every_run: bool = Fa
     written: dict[str, list[Table]] = {"main": [], "ablations": [], "quality": [], "categories": []}
     sections = []
     for (model, data), group in runs.groupby(["model", "data"], sort=True):
-        sections.append(_section(report, str(model), str(data), group.reset_index(drop=True), samples, scores,
-                                 pairings, written, every_run, figures))
+        sections.append(
+            _section(
+                report,
+                str(model),
+                str(data),
+                group.reset_index(drop=True),
+                samples,
+                scores,
+                pairings,
+                written,
+                every_run,
+                figures,
+            )
+        )
     report.main = written["main"]
 
     for name, tables in written.items():
@@ -148,28 +183,46 @@ def build_report(words: list[str], out: Path | None = None, every_run: bool = Fa
             report.files.append(_write(out / f"{name}.tex", _latex_document(tables)))
             report.files.append(_write(out / f"{name}.csv", to_csv(tables)))
         elif name == "categories":
-            report.skipped.append("per-category tables: no sample row carries a Parti Category/Challenge "
-                                  "(run data=parti to get them)")
+            report.skipped.append(
+                "per-category tables: no sample row carries a Parti Category/Challenge (run data=parti to get them)"
+            )
     numbers = selected.merge(pairings, on="run_id", how="left")
     report.files.append(_parquet(numbers, out / "runs.parquet"))
     report.files.append(_parquet(samples_all, out / "samples.parquet"))
-    provenance = {"generated": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                  "results_dir": str(filters.root), "filters": filters.describe(),
-                  "runs": sorted(runs["run_id"]), "not_used": report.unused, "warnings": report.warnings,
-                  "tables": {t.name: {"notes": t.notes, "warnings": t.warnings} for ts in written.values() for t in ts}}
+    provenance = {
+        "generated": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "results_dir": str(filters.root),
+        "filters": filters.describe(),
+        "runs": sorted(runs["run_id"]),
+        "not_used": report.unused,
+        "warnings": report.warnings,
+        "tables": {t.name: {"notes": t.notes, "warnings": t.warnings} for ts in written.values() for t in ts},
+    }
     atomic_write_json(out / "provenance.json", provenance)
     report.files.append(out / "provenance.json")
     html_path = out / "report.html"
-    header = [f"sjdbench report of {len(runs)} complete runs in {filters.root}, selected by {filters.describe()}; "
-              f"generated {provenance['generated']}"]
+    header = [
+        f"sjdbench report of {len(runs)} complete runs in {filters.root}, selected by {filters.describe()}; "
+        f"generated {provenance['generated']}"
+    ]
     listed = [str(p.relative_to(out)) for p in report.files] + ["report.html"]
     atomic_write_text(html_path, page("sjdbench report", header, report.warnings, report.unused, sections, listed))
     report.files.append(html_path)
     return report
 
 
-def _section(report: Report, model: str, data: str, group: pd.DataFrame, samples: pd.DataFrame, scores: pd.DataFrame,
-             pairings: pd.DataFrame, written: dict, every_run: bool, figures: bool) -> Section:
+def _section(
+    report: Report,
+    model: str,
+    data: str,
+    group: pd.DataFrame,
+    samples: pd.DataFrame,
+    scores: pd.DataFrame,
+    pairings: pd.DataFrame,
+    written: dict,
+    every_run: bool,
+    figures: bool,
+) -> Section:
     key = (model, data)
     main = _annotate(main_table(group, pairings, scores, key, every_run), group, samples, pairings)
     ablations = [_annotate(t, group, samples, pairings) for t in ablation_tables(group, pairings, scores, key)]
@@ -196,8 +249,16 @@ def _section(report: Report, model: str, data: str, group: pd.DataFrame, samples
         figs.fig_growth(main_numbers),
         figs.fig_image_grid(main_numbers, own_samples),
     ]
-    names = ["quality vs speed", "trajectories", "speedup vs W", "NFE vs N", "acceptance by position",
-             "accepted lengths", "growth", "image grid"]
+    names = [
+        "quality vs speed",
+        "trajectories",
+        "speedup vs W",
+        "NFE vs N",
+        "acceptance by position",
+        "accepted lengths",
+        "growth",
+        "image grid",
+    ]
     directory = report.out / "figures" / f"{slug(model)}-{slug(data)}"
     entries, skipped, figure_files = [], [], []
     for name, plot in zip(names, plots):

@@ -13,6 +13,7 @@ stored tokens, and writes the result beside the run as `draft_traces.jsonl`:
 
 `probs` is oldest first and ends at the verifying iteration.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,10 @@ def record_run(run_dir: Path, prompts: int, progress: Callable[[str], None] | No
     config = _run_config(run_dir)
     spec = decoder_spec(config)
     if spec.identity() != summary.get("decoder_spec"):
-        raise UserError(f"{run_dir.name}: this sjdbench builds a different decoder from its config.yaml than the "
-                        "one that wrote the run; cannot replay it for draft traces")
+        raise UserError(
+            f"{run_dir.name}: this sjdbench builds a different decoder from its config.yaml than the "
+            "one that wrote the run; cannot replay it for draft traces"
+        )
     options = dict(config.model.options)
     if weights_fingerprint(config.model.name, options) != env.get("weights"):
         raise UserError(f"{run_dir.name}: the model's weight files changed since the run; cannot replay it")
@@ -76,8 +79,17 @@ def record_run(run_dir: Path, prompts: int, progress: Callable[[str], None] | No
         matches = result.tokens.tolist() == row["tokens"]
         if not matches:
             log.warning("%s prompt %s: the replay did not reproduce the stored tokens", run_dir.name, row["prompt_id"])
-        lines.append(json.dumps({"prompt_id": row["prompt_id"], "sample": row.get("sample", 0),
-                                 "matches_stored": matches, "drafts": drafts}, separators=(",", ":")))
+        lines.append(
+            json.dumps(
+                {
+                    "prompt_id": row["prompt_id"],
+                    "sample": row.get("sample", 0),
+                    "matches_stored": matches,
+                    "drafts": drafts,
+                },
+                separators=(",", ":"),
+            )
+        )
         if progress:
             progress(f"{run_dir.name}: traced prompt {row['prompt_id']} ({len(drafts)} verified drafts)")
     path = run_dir / DRAFT_TRACES

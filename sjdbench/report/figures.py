@@ -5,6 +5,7 @@ plus its caption) or a one-line reason why there is nothing to draw. Every serie
 label (helper lines and bands are unlabelled), so a figure's series can be counted from its legend.
 `write_plot` saves PNG and SVG (image grids: PNG only) and closes the figure.
 """
+
 from __future__ import annotations
 
 import io
@@ -33,7 +34,7 @@ class Plot:
     name: str  # file stem
     title: str
     caption: str
-    figure: "plt.Figure"
+    figure: plt.Figure
     formats: tuple[str, ...] = ("png", "svg")
 
 
@@ -100,7 +101,9 @@ def fig_speedup_vs_window(runs: pd.DataFrame, numbers: pd.DataFrame) -> Plot | s
         speed = members["speedup"].astype(float).to_numpy()
         lo = members["speedup_lo"].astype(float).fillna(members["speedup"]).to_numpy()
         hi = members["speedup_hi"].astype(float).fillna(members["speedup"]).to_numpy()
-        left.errorbar(windows, speed, yerr=[speed - lo, hi - speed], marker="o", capsize=3, color=palette[name], label=name)
+        left.errorbar(
+            windows, speed, yerr=[speed - lo, hi - speed], marker="o", capsize=3, color=palette[name], label=name
+        )
         right.plot(windows, members["step_compression"].astype(float), marker="o", color=palette[name], label=name)
     for ax in (left, right):
         ax.set_xscale("log", base=2)
@@ -110,9 +113,13 @@ def fig_speedup_vs_window(runs: pd.DataFrame, numbers: pd.DataFrame) -> Plot | s
     _finish(left, "window W", "latency speedup over AR (95 % CI)")
     _finish(right, "window W", "step compression (AR tokens / NFE)", legend=False)
     figure.tight_layout()
-    return Plot("speedup_vs_window", "Speedup and step compression vs window",
-                "Latency speedup (geometric mean of paired per-prompt ratios, 95 % bootstrap CI) and step "
-                "compression against the window W.", figure)
+    return Plot(
+        "speedup_vs_window",
+        "Speedup and step compression vs window",
+        "Latency speedup (geometric mean of paired per-prompt ratios, 95 % bootstrap CI) and step "
+        "compression against the window W.",
+        figure,
+    )
 
 
 def fig_nfe_vs_growth_steps(runs: pd.DataFrame, numbers: pd.DataFrame) -> Plot | str:
@@ -122,14 +129,22 @@ def fig_nfe_vs_growth_steps(runs: pd.DataFrame, numbers: pd.DataFrame) -> Plot |
     palette = colours(series)
     figure, ax = plt.subplots(figsize=(6, 4))
     for name, members in series.items():
-        ax.plot(members["spec.growth.steps"].astype(int), members["nfe_mean"].astype(float), marker="o",
-                color=palette[name], label=name)
+        ax.plot(
+            members["spec.growth.steps"].astype(int),
+            members["nfe_mean"].astype(float),
+            marker="o",
+            color=palette[name],
+            label=name,
+        )
     ax.set_xticks(sorted({int(n) for m in series.values() for n in m["spec.growth.steps"]}))
     _finish(ax, "consecutive-growth steps N", "NFE per image (mean)")
     figure.tight_layout()
-    return Plot("nfe_vs_growth_steps", "NFE vs growth steps N",
-                "Mean NFE per image against the consecutive-growth steps N (the mask VP fuses and the statistics use).",
-                figure)
+    return Plot(
+        "nfe_vs_growth_steps",
+        "NFE vs growth steps N",
+        "Mean NFE per image against the consecutive-growth steps N (the mask VP fuses and the statistics use).",
+        figure,
+    )
 
 
 def fig_acceptance_by_position(main: pd.DataFrame) -> Plot | str:
@@ -145,8 +160,12 @@ def fig_acceptance_by_position(main: pd.DataFrame) -> Plot | str:
     ax.set_ylim(0, 1.02)
     _finish(ax, "draft position in the window (1 = first draft)", "acceptance rate")
     figure.tight_layout()
-    return Plot("acceptance_by_position", "Acceptance by window position",
-                "Share of verified drafts accepted at each position of the window (pooled over samples).", figure)
+    return Plot(
+        "acceptance_by_position",
+        "Acceptance by window position",
+        "Share of verified drafts accepted at each position of the window (pooled over samples).",
+        figure,
+    )
 
 
 def fig_accepted_length_hist(main: pd.DataFrame) -> Plot | str:
@@ -165,8 +184,12 @@ def fig_accepted_length_hist(main: pd.DataFrame) -> Plot | str:
     ax.set_yscale("log")
     _finish(ax, "tokens committed in one iteration", "share of iterations")
     figure.tight_layout()
-    return Plot("accepted_length_hist", "Accepted lengths",
-                "Distribution of tokens committed per Jacobi iteration (accepted drafts plus the emitted token).", figure)
+    return Plot(
+        "accepted_length_hist",
+        "Accepted lengths",
+        "Distribution of tokens committed per Jacobi iteration (accepted drafts plus the emitted token).",
+        figure,
+    )
 
 
 def _bands(trajectories: list[list[float]], depth: int = TRACE_DEPTH) -> pd.DataFrame:
@@ -233,25 +256,41 @@ def fig_trajectories(main: pd.DataFrame, samples: pd.DataFrame, max_panels: int 
             ax.plot(band["offset"], band["median"], marker="o", color=style[name], label=name)
         ax.set_title(f"{label}  ({', '.join(f'{n} {k}' for k, n in counts.items())})", fontsize=9)
         ax.set_ylim(0, 1)
-        _finish(ax, "iterations before verification" if kind == "drafts" else "iterations before commit",
-                "p(token) at its position", legend=False)
-    for ax in list(axes.flat)[len(panels):]:
+        _finish(
+            ax,
+            "iterations before verification" if kind == "drafts" else "iterations before commit",
+            "p(token) at its position",
+            legend=False,
+        )
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()  # one legend for all panels, above them
-    figure.legend(handles, [f"{l}: median, quartile band" for l in labels], loc="upper center", ncol=len(labels),
-                  frameon=False, fontsize=9)
+    figure.legend(
+        handles,
+        [f"{name}: median, quartile band" for name in labels],
+        loc="upper center",
+        ncol=len(labels),
+        frameon=False,
+        fontsize=9,
+    )
     figure.tight_layout(rect=(0, 0, 1, 0.96 if rows > 1 else 0.9))
     if kind == "drafts":
-        caption = ("Probability of each verified draft's token at its position over the iterations before its "
-                   "verification (0 = the verifying iteration), accepted vs rejected drafts seen in at least two "
-                   "iterations: median and quartile band.")
+        caption = (
+            "Probability of each verified draft's token at its position over the iterations before its "
+            "verification (0 = the verifying iteration), accepted vs rejected drafts seen in at least two "
+            "iterations: median and quartile band."
+        )
         if missed:
-            caption += (f" {missed} replayed sample(s) did not reproduce the stored tokens (another device or "
-                        "nondeterministic kernels): their drafts are of a fresh sample of the same decoder.")
+            caption += (
+                f" {missed} replayed sample(s) did not reproduce the stored tokens (another device or "
+                "nondeterministic kernels): their drafts are of a fresh sample of the same decoder."
+            )
     else:
-        caption = ("Probability of each committed token at its position over the iterations before its commit "
-                   "(median and quartile band). Accepted-vs-rejected draft trajectories need draft traces: "
-                   "`sjdbench report --trace-drafts K`.")
+        caption = (
+            "Probability of each committed token at its position over the iterations before its commit "
+            "(median and quartile band). Accepted-vs-rejected draft trajectories need draft traces: "
+            "`sjdbench report --trace-drafts K`."
+        )
     return Plot("trajectories", "Probability trajectories", caption, figure)
 
 
@@ -263,14 +302,23 @@ def fig_growth(main: pd.DataFrame) -> Plot | str:
     figure, ax = plt.subplots(figsize=(max(6, 0.7 * len(decoders) + 2), 4))
     x = np.arange(len(decoders))
     ax.bar(x - 0.2, decoders["growth_share"].astype(float), width=0.4, label="growth share (accepted drafts that rose)")
-    ax.bar(x + 0.2, decoders["growth_precision"].astype(float), width=0.4, label="growth precision (rising drafts accepted)")
+    ax.bar(
+        x + 0.2,
+        decoders["growth_precision"].astype(float),
+        width=0.4,
+        label="growth precision (rising drafts accepted)",
+    )
     ax.set_xticks(x, decoders["decoder"], rotation=30, ha="right")
     ax.set_ylim(0, 1)
     _finish(ax, "", "share")
     figure.tight_layout()
-    return Plot("growth", "Consecutive growth",
-                "Growth share: accepted drafts (with N+1 observations) whose probability rose over the last N "
-                "iterations; growth precision: share of rising drafts that were accepted.", figure)
+    return Plot(
+        "growth",
+        "Consecutive growth",
+        "Growth share: accepted drafts (with N+1 observations) whose probability rose over the last N "
+        "iterations; growth precision: share of rising drafts that were accepted.",
+        figure,
+    )
 
 
 def fig_quality_vs_speed(numbers: pd.DataFrame, metrics: list) -> Plot | str:
@@ -281,9 +329,11 @@ def fig_quality_vs_speed(numbers: pd.DataFrame, metrics: list) -> Plot | str:
     figure, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 4.2), squeeze=False)
     for ax, metric in zip(axes.flat, metrics):
         scored = numbers.dropna(subset=[metric.key])
-        for kind, members in (("AR", scored[scored["is_ar"].astype(bool)]),
-                              ("lossless", scored[~scored["is_ar"].astype(bool) & scored["lossless"].astype(bool)]),
-                              ("lossy", scored[~scored["is_ar"].astype(bool) & ~scored["lossless"].astype(bool)])):
+        for kind, members in (
+            ("AR", scored[scored["is_ar"].astype(bool)]),
+            ("lossless", scored[~scored["is_ar"].astype(bool) & scored["lossless"].astype(bool)]),
+            ("lossy", scored[~scored["is_ar"].astype(bool) & ~scored["lossless"].astype(bool)]),
+        ):
             members = members.dropna(subset=["speedup"])
             if members.empty:
                 continue
@@ -294,8 +344,20 @@ def fig_quality_vs_speed(numbers: pd.DataFrame, metrics: list) -> Plot | str:
             marker = {"AR": "*", "lossless": "o", "lossy": "^"}[kind]
             face = {"AR": "black", "lossless": "tab:blue", "lossy": "none"}[kind]
             edge = {"AR": "black", "lossless": "tab:blue", "lossy": "tab:orange"}[kind]
-            ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt=marker, ms=11 if kind == "AR" else 7, mfc=face, mec=edge,
-                        ecolor=edge, capsize=2, lw=0.8, label=kind)
+            ax.errorbar(
+                x,
+                y,
+                xerr=xerr,
+                yerr=yerr,
+                fmt=marker,
+                ms=11 if kind == "AR" else 7,
+                mfc=face,
+                mec=edge,
+                ecolor=edge,
+                capsize=2,
+                lw=0.8,
+                label=kind,
+            )
             if kind == "AR":  # reference lines through AR: read each decoder against them
                 ax.axhline(y[0], color="black", lw=0.7, ls=":")
                 ax.axvline(1.0, color="black", lw=0.7, ls=":")
@@ -304,9 +366,13 @@ def fig_quality_vs_speed(numbers: pd.DataFrame, metrics: list) -> Plot | str:
                 ax.annotate(label, (xi, yi), textcoords="offset points", xytext=(4, 4), fontsize=7)
         _finish(ax, "latency speedup over AR (95 % CI)", f"{metric.header} {metric.arrow} (95 % CI)")
     figure.tight_layout()
-    return Plot("quality_vs_speed", "Quality vs speed",
-                "Image quality against latency speedup; bars are 95 % CIs. Star and dotted lines: AR; filled "
-                "circles: lossless decoders; open triangles: lossy decoders.", figure)
+    return Plot(
+        "quality_vs_speed",
+        "Quality vs speed",
+        "Image quality against latency speedup; bars are 95 % CIs. Star and dotted lines: AR; filled "
+        "circles: lossless decoders; open triangles: lossy decoders.",
+        figure,
+    )
 
 
 def _err(frame: pd.DataFrame, key: str, centre: np.ndarray) -> np.ndarray | None:
@@ -333,8 +399,9 @@ def fig_image_grid(main: pd.DataFrame, samples: pd.DataFrame, n_prompts: int = 6
     prompts = sorted(common)[:n_prompts]
     if not prompts:
         return "the runs share no prompt with a stored image"
-    figure, axes = plt.subplots(len(runs), len(prompts), figsize=(1.6 * len(prompts) + 1.2, 1.6 * len(runs) + 0.9),
-                                squeeze=False)
+    figure, axes = plt.subplots(
+        len(runs), len(prompts), figsize=(1.6 * len(prompts) + 1.2, 1.6 * len(runs) + 0.9), squeeze=False
+    )
     for i, run in enumerate(runs):
         mine = rows[rows["run_id"] == run["run_id"]].set_index("prompt_id")
         for j, prompt_id in enumerate(prompts):
@@ -349,8 +416,13 @@ def fig_image_grid(main: pd.DataFrame, samples: pd.DataFrame, n_prompts: int = 6
             if j == 0:
                 ax.set_ylabel(run["decoder"], fontsize=8)
     figure.tight_layout()
-    return Plot("image_grid", "Samples", "The same prompts and seeds across decoders (rows), sample 0.", figure,
-                formats=("png",))
+    return Plot(
+        "image_grid",
+        "Samples",
+        "The same prompts and seeds across decoders (rows), sample 0.",
+        figure,
+        formats=("png",),
+    )
 
 
 def write_plot(plot: Plot, directory: Path) -> list[Path]:

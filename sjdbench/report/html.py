@@ -2,6 +2,7 @@
 the files beside it, so a report folder can be zipped, mailed or served as it is (no server, no
 scripts, no external assets).
 """
+
 from __future__ import annotations
 
 import html
@@ -52,12 +53,17 @@ class Section:
     skipped: list[str]
 
 
-def page(title: str, header: list[str], warnings: list[str], unused: list[str], sections: list[Section],
-         files: list[str]) -> str:
+def page(
+    title: str, header: list[str], warnings: list[str], unused: list[str], sections: list[Section], files: list[str]
+) -> str:
     """The whole document; every href/src is a relative path given by the caller."""
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
-           f"<h1>{html.escape(title)}</h1>", '<div class="header">']
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        '<div class="header">',
+    ]
     out += [f"<div>{html.escape(line)}</div>" for line in header]
     out += [f'<p class="warn">{html.escape(w)}</p>' for w in warnings]
     if unused:
@@ -71,17 +77,27 @@ def page(title: str, header: list[str], warnings: list[str], unused: list[str], 
         out += [to_html(t) for t in section.main]
         out.append('<div class="figs">')
         for figure in section.figures:
-            alt = " ".join(f'<a href="{html.escape(o)}">{html.escape(Path(o).suffix[1:].upper())}</a>' for o in figure.other)
+            alt = " ".join(
+                f'<a href="{html.escape(o)}">{html.escape(Path(o).suffix[1:].upper())}</a>' for o in figure.other
+            )
             wide = ' class="wide"' if figure.wide else ""
-            out.append(f'<figure{wide}><img src="{html.escape(figure.image)}" alt="{html.escape(figure.title)}">'
-                       f"<figcaption><b>{html.escape(figure.title)}.</b> {html.escape(figure.caption)} {alt}</figcaption></figure>")
+            out.append(
+                f'<figure{wide}><img src="{html.escape(figure.image)}" alt="{html.escape(figure.title)}">'
+                f"<figcaption><b>{html.escape(figure.title)}.</b> {html.escape(figure.caption)} {alt}"
+                "</figcaption></figure>"
+            )
         out.append("</div>")
-        for heading, tables in (("Ablations", section.ablations), ("Quality", section.quality),
-                                ("Per category", section.categories)):
+        for heading, tables in (
+            ("Ablations", section.ablations),
+            ("Quality", section.quality),
+            ("Per category", section.categories),
+        ):
             if tables:
                 out.append(f"<h2>{html.escape(section.title)}: {heading.lower()}</h2>")
                 out += [to_html(t) for t in tables]
         if section.skipped:
-            out.append('<ul class="skipped">' + "".join(f"<li>{html.escape(s)}</li>" for s in section.skipped) + "</ul>")
+            out.append(
+                '<ul class="skipped">' + "".join(f"<li>{html.escape(s)}</li>" for s in section.skipped) + "</ul>"
+            )
     out.append("</body></html>")
     return "\n".join(out) + "\n"

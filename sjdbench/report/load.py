@@ -5,6 +5,7 @@ last) and, once evaluated, scores/<evaluator>-<protocol_hash>.json. Runs are rea
 only, never by re-composing configs, so a report also reads stores written by other versions; runs
 written before run ids followed the built decoder (no `schema` in env.json) are listed as legacy.
 """
+
 from __future__ import annotations
 
 import json
@@ -89,26 +90,28 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     status = _status(summary, env)
     record: dict[str, Any] = dict(summary or {})
     spec = record.get("decoder_spec") or env.get("decoder_spec")
-    record.update({
-        "run_id": run_dir.name,
-        "run_dir": str(run_dir),
-        "status": status,
-        # rows present: the summary's count for a run it covers; counted for the others (to list them)
-        "n_rows": record.get("n_samples") if status in USABLE else _count_rows(run_dir),
-        "model": record.get("model") or (config.get("model") or {}).get("name"),
-        "data": record.get("data") or (config.get("data") or {}).get("name"),
-        "decoder": record.get("decoder") or (config.get("decoder") or {}).get("name"),
-        "decoder_spec": spec,
-        "chain": part_chain(spec),
-        "is_ar": is_ar(spec),
-        "greedy": is_greedy(spec),
-        # the parts' own claim, recorded by the runner; derived from the stored spec for older runs
-        "lossless": bool(record["decoder_lossless"]) if "decoder_lossless" in record else is_lossless(spec),
-        "samples_per_prompt": config.get("samples_per_prompt", 1),
-        "model_options": (config.get("model") or {}).get("options") or {},
-        "pair_key": pair_key(env, config, record),
-        "has_draft_traces": (run_dir / DRAFT_TRACES).exists(),
-    })
+    record.update(
+        {
+            "run_id": run_dir.name,
+            "run_dir": str(run_dir),
+            "status": status,
+            # rows present: the summary's count for a run it covers; counted for the others (to list them)
+            "n_rows": record.get("n_samples") if status in USABLE else _count_rows(run_dir),
+            "model": record.get("model") or (config.get("model") or {}).get("name"),
+            "data": record.get("data") or (config.get("data") or {}).get("name"),
+            "decoder": record.get("decoder") or (config.get("decoder") or {}).get("name"),
+            "decoder_spec": spec,
+            "chain": part_chain(spec),
+            "is_ar": is_ar(spec),
+            "greedy": is_greedy(spec),
+            # the parts' own claim, recorded by the runner; derived from the stored spec for older runs
+            "lossless": bool(record["decoder_lossless"]) if "decoder_lossless" in record else is_lossless(spec),
+            "samples_per_prompt": config.get("samples_per_prompt", 1),
+            "model_options": (config.get("model") or {}).get("options") or {},
+            "pair_key": pair_key(env, config, record),
+            "has_draft_traces": (run_dir / DRAFT_TRACES).exists(),
+        }
+    )
     record.setdefault("window", (spec or {}).get("window"))
     for key, value in env.items():
         if key != "decoder_spec":
@@ -120,7 +123,9 @@ def read_run(run_dir: Path) -> dict[str, Any]:
 
 def load_runs(root: Path) -> pd.DataFrame:
     """Every run directory under root/runs, whatever its status (complete, finished, incomplete, legacy)."""
-    run_dirs = sorted(p for p in (Path(root) / "runs").glob("*") if p.is_dir()) if (Path(root) / "runs").is_dir() else []
+    run_dirs = (
+        sorted(p for p in (Path(root) / "runs").glob("*") if p.is_dir()) if (Path(root) / "runs").is_dir() else []
+    )
     records = [read_run(d) for d in run_dirs if (d / "env.json").exists() or (d / "summary.json").exists()]
     return pd.DataFrame.from_records(records) if records else pd.DataFrame(columns=["run_id", "status"])
 
@@ -160,9 +165,26 @@ def load_samples(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-SCORE_COLUMNS = ["run_id", "evaluator", "metric", "lower_is_better", "value", "ci_lo", "ci_hi", "n", "protocol_hash",
-                 "ar_run_id", "delta", "delta_lo", "delta_hi", "n_pairs", "noise_floor", "noise_floor_how", "per_sample",
-                 "file"]
+SCORE_COLUMNS = [
+    "run_id",
+    "evaluator",
+    "metric",
+    "lower_is_better",
+    "value",
+    "ci_lo",
+    "ci_hi",
+    "n",
+    "protocol_hash",
+    "ar_run_id",
+    "delta",
+    "delta_lo",
+    "delta_hi",
+    "n_pairs",
+    "noise_floor",
+    "noise_floor_how",
+    "per_sample",
+    "file",
+]
 
 
 def _ci(pair: Any) -> tuple[float | None, float | None]:
@@ -184,12 +206,24 @@ def read_score(path: Path, run_id: str) -> dict | None:
     delta_lo, delta_hi = _ci(paired.get("ci95"))
     floor = doc.get("noise_floor") or {}
     return {
-        "run_id": doc.get("run_id", run_id), "evaluator": doc["evaluator"], "metric": doc.get("metric", doc["evaluator"]),
-        "lower_is_better": bool(doc.get("lower_is_better", False)), "value": doc["value"], "ci_lo": lo, "ci_hi": hi,
-        "n": doc.get("n"), "protocol_hash": doc.get("protocol_hash", path.stem.rpartition("-")[2]),
-        "ar_run_id": paired.get("ar_run_id"), "delta": paired.get("delta"), "delta_lo": delta_lo, "delta_hi": delta_hi,
-        "n_pairs": paired.get("n_pairs"), "noise_floor": floor.get("value"), "noise_floor_how": floor.get("how"),
-        "per_sample": doc.get("per_sample"), "file": str(path),
+        "run_id": doc.get("run_id", run_id),
+        "evaluator": doc["evaluator"],
+        "metric": doc.get("metric", doc["evaluator"]),
+        "lower_is_better": bool(doc.get("lower_is_better", False)),
+        "value": doc["value"],
+        "ci_lo": lo,
+        "ci_hi": hi,
+        "n": doc.get("n"),
+        "protocol_hash": doc.get("protocol_hash", path.stem.rpartition("-")[2]),
+        "ar_run_id": paired.get("ar_run_id"),
+        "delta": paired.get("delta"),
+        "delta_lo": delta_lo,
+        "delta_hi": delta_hi,
+        "n_pairs": paired.get("n_pairs"),
+        "noise_floor": floor.get("value"),
+        "noise_floor_how": floor.get("how"),
+        "per_sample": doc.get("per_sample"),
+        "file": str(path),
     }
 
 

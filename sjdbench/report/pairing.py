@@ -6,6 +6,7 @@ same random seed. Per prompt, the ratio AR latency / decoder latency (each the m
 prompt's paired samples) cancels the prompt's own cost; the speedup is the geometric mean of these
 ratios over prompts, with a percentile-bootstrap 95 % CI that resamples prompts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,8 +20,9 @@ BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0  # fixed: the same store gives the same report
 
 
-def geometric_mean_ci(ratios: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
-                      level: float = 0.95) -> tuple[float, float | None, float | None]:
+def geometric_mean_ci(
+    ratios: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED, level: float = 0.95
+) -> tuple[float, float | None, float | None]:
     """(geometric mean, CI low, CI high) of positive ratios (n,); the CI is None for fewer than 2."""
     logs = np.log(np.asarray(ratios, dtype=np.float64))
     mean = float(np.exp(logs.mean()))
@@ -71,7 +73,7 @@ def find_baseline(run: pd.Series, runs: pd.DataFrame) -> pd.Series | None:
 
 def pair_all(runs: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     """One Pairing per run (AR runs pair with themselves: speedup 1)."""
-    by_run = {run_id: frame for run_id, frame in samples.groupby("run_id")} if not samples.empty else {}
+    by_run = {run_id: frame for run_id, frame in samples.groupby("run_id")} if not samples.empty else {}  # noqa: C416
     out = []
     for _, run in runs.iterrows():
         baseline = find_baseline(run, runs)
@@ -79,7 +81,11 @@ def pair_all(runs: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
             out.append(Pairing(run["run_id"], None, None, None, None, 0))
             continue
         if baseline["run_id"] == run["run_id"]:  # the AR run itself: 1 by definition, no interval
-            out.append(Pairing(run["run_id"], run["run_id"], 1.0, None, None, int(by_run[run["run_id"]]["prompt_id"].nunique())))
+            out.append(
+                Pairing(
+                    run["run_id"], run["run_id"], 1.0, None, None, int(by_run[run["run_id"]]["prompt_id"].nunique())
+                )
+            )
             continue
         ratios = per_prompt_ratios(by_run[baseline["run_id"]], by_run[run["run_id"]])
         ratios = ratios[np.isfinite(ratios) & (ratios > 0)]

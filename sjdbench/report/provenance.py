@@ -6,12 +6,13 @@ env.json. Warnings: a table that mixes hardware, commits or sampling; latencies 
 machine; AR baselines timed in another session than their decoder (or timed run by run); runs
 without an AR baseline. Incomplete and legacy runs are listed, never used.
 """
+
 from __future__ import annotations
 
 import pandas as pd
 
-from sjdbench.report.pairing import BOOTSTRAP_RESAMPLES
 from sjdbench.report.load import USABLE
+from sjdbench.report.pairing import BOOTSTRAP_RESAMPLES
 
 
 def _values(runs: pd.DataFrame, column: str) -> list[str]:
@@ -50,6 +51,7 @@ def hardware(run: pd.Series) -> str:
 
 def notes(runs: pd.DataFrame) -> list[str]:
     """One line per fact, each listing every distinct value among the runs."""
+
     def joined(column: str, short=lambda s: s) -> str:
         return " / ".join(short(v) for v in _values(runs, column)) or "unknown"
 
@@ -74,7 +76,9 @@ def mixing_warnings(runs: pd.DataFrame) -> list[str]:
     out = []
     commits = _values(runs, "env.git_commit")
     if len(commits) > 1:
-        out.append(f"warning: this table mixes runs from {len(commits)} commits ({', '.join(map(_short_commit, commits))})")
+        out.append(
+            f"warning: this table mixes runs from {len(commits)} commits ({', '.join(map(_short_commit, commits))})"
+        )
     hw = list(dict.fromkeys(hardware(r) for _, r in runs.iterrows()))
     if len(hw) > 1:
         out.append(f"warning: this table mixes hardware ({' | '.join(hw)}): latencies are not comparable across it")
@@ -86,8 +90,10 @@ def mixing_warnings(runs: pd.DataFrame) -> list[str]:
         out.append(f"warning: this table mixes torch thread counts ({', '.join(threads)})")
     if "n_rows" in runs and runs["n_rows"].nunique() > 1:
         counts = runs["n_rows"].astype(int)
-        out.append(f"warning: this table mixes runs holding {counts.min()} to {counts.max()} samples (data.limit differs "
-                   "per run): speedups pair the samples both runs hold, per-run values do not")
+        out.append(
+            f"warning: this table mixes runs holding {counts.min()} to {counts.max()} samples (data.limit differs "
+            "per run): speedups pair the samples both runs hold, per-run values do not"
+        )
     return out
 
 
@@ -100,19 +106,25 @@ def timing_warnings(runs: pd.DataFrame, samples: pd.DataFrame, pairings: pd.Data
         busy = own[own["machine.busy"].fillna(False).astype(bool)].groupby("run_id").size()
         for run_id, count in busy.items():
             total = int((own["run_id"] == run_id).sum())
-            out.append(f"warning: {labels.get(run_id, run_id)}: {count} of {total} latencies were taken on a busy "
-                       "machine (load above the cores available); its speedup is unreliable")
+            out.append(
+                f"warning: {labels.get(run_id, run_id)}: {count} of {total} latencies were taken on a busy "
+                "machine (load above the cores available); its speedup is unreliable"
+            )
     warned = {run_id for run_id in labels if any(f"{labels[run_id]}:" in line for line in out)}
     for _, run in runs.iterrows():  # summaries that say so, for rows without machine state
         busy = run.get("busy_samples")
         if run["run_id"] in warned:
             continue
         if pd.notna(busy) and busy and busy > 0:
-            out.append(f"warning: {labels[run['run_id']]}: its summary counts {int(busy)} latencies taken on a busy "
-                       "machine; its speedup is unreliable")
+            out.append(
+                f"warning: {labels[run['run_id']]}: its summary counts {int(busy)} latencies taken on a busy "
+                "machine; its speedup is unreliable"
+            )
         elif run.get("latency_trusted") is False:
             out.append(f"warning: {labels[run['run_id']]}: its summary marks its latencies as untrusted")
-    sessions = own.groupby("run_id")["timing.session"].agg(lambda s: set(s.dropna())) if "timing.session" in own else None
+    sessions = (
+        own.groupby("run_id")["timing.session"].agg(lambda s: set(s.dropna())) if "timing.session" in own else None
+    )
     separately_timed = []
     for pairing in pairings.itertuples(index=False):
         if pairing.run_id not in labels or pairing.ar_run_id is None or pairing.ar_run_id == pairing.run_id:
@@ -120,27 +132,37 @@ def timing_warnings(runs: pd.DataFrame, samples: pd.DataFrame, pairings: pd.Data
         mine = sessions.get(pairing.run_id, set()) if sessions is not None else set()
         theirs = sessions.get(pairing.ar_run_id, set()) if sessions is not None else set()
         if mine and theirs and mine != theirs:
-            out.append(f"warning: {labels[pairing.run_id]} and its AR baseline were timed in different sessions "
-                       f"({', '.join(sorted(map(str, mine)))} vs {', '.join(sorted(map(str, theirs)))}): "
-                       "the machine's state may differ between them")
+            out.append(
+                f"warning: {labels[pairing.run_id]} and its AR baseline were timed in different sessions "
+                f"({', '.join(sorted(map(str, mine)))} vs {', '.join(sorted(map(str, theirs)))}): "
+                "the machine's state may differ between them"
+            )
         elif not (mine and theirs):
             separately_timed.append(labels[pairing.run_id])
     if separately_timed:
-        out.append(f"note: {len(separately_timed)} decoder run(s) record no timing session, so their AR baseline "
-                   "was timed in a separate run; load changes between runs move speedups (paired timing "
-                   "interleaves decoder and AR prompt by prompt)")
+        out.append(
+            f"note: {len(separately_timed)} decoder run(s) record no timing session, so their AR baseline "
+            "was timed in a separate run; load changes between runs move speedups (paired timing "
+            "interleaves decoder and AR prompt by prompt)"
+        )
     missing = [labels[p.run_id] for p in pairings.itertuples(index=False) if p.run_id in labels and p.ar_run_id is None]
     if missing:
-        out.append(f"warning: no complete AR run pairs with {', '.join(missing)} (same model, weights, prompts, "
-                   "sampling, seed, device): no speedup; `sjdbench sweep` adds the AR baselines")
+        out.append(
+            f"warning: no complete AR run pairs with {', '.join(missing)} (same model, weights, prompts, "
+            "sampling, seed, device): no speedup; `sjdbench sweep` adds the AR baselines"
+        )
     counts = runs.set_index("run_id")["n_samples"] if "n_samples" in runs else pd.Series(dtype=float)
     for pairing in pairings.itertuples(index=False):
         if pairing.run_id in labels and pairing.ar_run_id and pairing.ar_run_id != pairing.run_id:
-            per_prompt = runs.set_index("run_id").get("samples_per_prompt", pd.Series(dtype=float)).get(pairing.run_id, 1)
+            per_prompt = (
+                runs.set_index("run_id").get("samples_per_prompt", pd.Series(dtype=float)).get(pairing.run_id, 1)
+            )
             prompts = int(counts.get(pairing.run_id, 0) // max(int(per_prompt or 1), 1))
             if 0 < pairing.n_pairs < prompts:
-                out.append(f"note: {labels[pairing.run_id]}: its speedup pairs {pairing.n_pairs} of its {prompts} prompts "
-                           "(the AR run holds fewer)")
+                out.append(
+                    f"note: {labels[pairing.run_id]}: its speedup pairs {pairing.n_pairs} of its {prompts} prompts "
+                    "(the AR run holds fewer)"
+                )
     return out
 
 
@@ -154,5 +176,8 @@ def unused_runs(all_runs: pd.DataFrame) -> list[str]:
             wanted = run.get("selection_n") if pd.notna(run.get("selection_n")) else run.get("n_wanted")
             have = run.get("n_rows")
             of = f"{int(have)} of {int(wanted)}" if pd.notna(wanted) and pd.notna(have) else f"{int(have or 0)}"
-            out.append(f"{run['run_id']} ({run.get('decoder')}): incomplete, {of} samples (not used; re-run its command to finish it)")
+            out.append(
+                f"{run['run_id']} ({run.get('decoder')}): incomplete, {of} samples "
+                "(not used; re-run its command to finish it)"
+            )
     return out

@@ -1,6 +1,7 @@
 """Tables to text: Markdown (tabulate, pipe format), LaTeX (booktabs, written here), CSV (raw numbers)
 and HTML. Formatting only: values, CIs and the best cell per column come from `tables.Table`.
 """
+
 from __future__ import annotations
 
 import html
@@ -30,8 +31,13 @@ def display_frame(table: Table, bold: str = "**{}**", ci_format: str = "{} [{}, 
 def to_markdown(table: Table) -> str:
     """A `###` title, the table, then provenance and warnings as a bullet list."""
     frame = display_frame(table)
-    body = tabulate(frame.values.tolist(), headers=list(frame.columns), tablefmt="pipe", disable_numparse=True,
-                    colalign=["left"] * len(table.labels) + ["right"] * len(table.metrics))
+    body = tabulate(
+        frame.values.tolist(),
+        headers=list(frame.columns),
+        tablefmt="pipe",
+        disable_numparse=True,
+        colalign=["left"] * len(table.labels) + ["right"] * len(table.metrics),
+    )
     lines = [f"### {table.title}", "", body, ""]
     lines += [f"- {line}" for line in table.warnings + table.notes]
     return "\n".join(lines) + "\n"
@@ -39,10 +45,31 @@ def to_markdown(table: Table) -> str:
 
 # -- LaTeX ----------------------------------------------------------------------------------------
 
-LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
-                 "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
-LATEX_SYMBOLS = {"λ": r"$\lambda$", "γ": r"$\gamma$", "δ": r"$\delta$", "τ": r"$\tau$", "Δ": r"$\Delta$",
-                 "↑": r"$\uparrow$", "↓": r"$\downarrow$", "×": r"$\times$", "–": "--", "≥": r"$\geq$", "≤": r"$\leq$"}
+LATEX_SPECIAL = {
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "\\": r"\textbackslash{}",
+}
+LATEX_SYMBOLS = {
+    "λ": r"$\lambda$",
+    "γ": r"$\gamma$",
+    "δ": r"$\delta$",
+    "τ": r"$\tau$",
+    "Δ": r"$\Delta$",
+    "↑": r"$\uparrow$",
+    "↓": r"$\downarrow$",
+    "×": r"$\times$",
+    "–": "--",
+    "≥": r"$\geq$",
+    "≤": r"$\leq$",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -60,13 +87,20 @@ def to_latex(table: Table) -> str:
     lines = [f"% {latex_escape(line)}".replace("\n", " ") for line in table.warnings + table.notes]
     spec = "l" * len(table.labels) + "r" * len(table.metrics)
     heads = [latex_escape(label) for label in table.labels] + [latex_escape(header(m)) for m in table.metrics]
-    lines += [r"\begin{table}[t]", r"\centering", r"\small",
-              f"\\caption{{{latex_escape(table.title)}{_caption_tail(table)}}}",
-              f"\\label{{tab:{table.name}}}", f"\\begin{{tabular}}{{{spec}}}", r"\toprule",
-              " & ".join(heads) + r" \\", r"\midrule"]
+    lines += [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        f"\\caption{{{latex_escape(table.title)}{_caption_tail(table)}}}",
+        f"\\label{{tab:{table.name}}}",
+        f"\\begin{{tabular}}{{{spec}}}",
+        r"\toprule",
+        " & ".join(heads) + r" \\",
+        r"\midrule",
+    ]
     for i in range(len(frame)):
         row = []
-        for j, column in enumerate(cells.columns):
+        for j, _column in enumerate(cells.columns):
             text = cells.iloc[i, j]
             if j < len(table.labels):
                 row.append(latex_escape(text))
@@ -113,20 +147,26 @@ def to_html(table: Table) -> str:
     body = []
     for i in range(len(cells)):
         tds = []
-        for j, column in enumerate(cells.columns):
+        for j, _column in enumerate(cells.columns):
             text = html.escape(cells.iloc[i, j]).replace("\x00", "<b>").replace("\x01", "</b>")
             cls = "" if j < len(table.labels) else ' class="num"'
             tds.append(f"<td{cls}>{text}</td>")
         body.append("<tr>" + "".join(tds) + "</tr>")
     warnings = "".join(f'<li class="warn">{html.escape(w)}</li>' for w in table.warnings)
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in table.notes)
-    return (f'<h3 id="{html.escape(table.name)}">{html.escape(table.title)}</h3>\n'
-            f'<table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>\n'
-            f'<ul class="prov">{warnings}{notes}</ul>\n')
+    return (
+        f'<h3 id="{html.escape(table.name)}">{html.escape(table.title)}</h3>\n'
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>\n"
+        f'<ul class="prov">{warnings}{notes}</ul>\n'
+    )
 
 
-TERMINAL_HEADERS = {"latency_s_mean": "sec", "step_compression": "step x", "acceptance_rate": "accept",
-                    "mean_accepted_length": "len"}
+TERMINAL_HEADERS = {
+    "latency_s_mean": "sec",
+    "step_compression": "step x",
+    "acceptance_rate": "accept",
+    "mean_accepted_length": "len",
+}
 
 
 def to_rich(table: Table):
@@ -136,10 +176,16 @@ def to_rich(table: Table):
     from rich.table import Table as RichTable
 
     shown = [m for m in table.metrics if not m.key.startswith("growth_")]
-    short = Table(table.name, table.title, table.labels,
-                  [replace(m, header=TERMINAL_HEADERS.get(m.key, m.header)) for m in shown], table.frame)
+    short = Table(
+        table.name,
+        table.title,
+        table.labels,
+        [replace(m, header=TERMINAL_HEADERS.get(m.key, m.header)) for m in shown],
+        table.frame,
+    )
     cells = display_frame(short, bold="\x00{}\x01").map(
-        lambda text: escape(text).replace("\x00", "[bold]").replace("\x01", "[/bold]"))
+        lambda text: escape(text).replace("\x00", "[bold]").replace("\x01", "[/bold]")
+    )
     out = RichTable(title=table.title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for j, column in enumerate(cells.columns):
         out.add_column(column, justify="left" if j < len(table.labels) else "right", no_wrap=True)

@@ -8,6 +8,7 @@ Values are comma-separated alternatives and may use shell-style globs (decoder='
 filters pick decoder runs; the AR baselines those runs pair with are always kept, since every
 speedup needs one.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -22,8 +23,13 @@ import yaml
 from sjdbench.errors import UserError
 
 RUN_KEYS = {"model": "model", "data": "data", "seed": "seed", "device": "device"}  # key -> runs column
-DECODER_ALIASES = {"window": "spec.window", "decoder.window": "spec.window", "growth_steps": "spec.growth.steps",
-                   "decoder.growth_steps": "spec.growth.steps", "decoder.growth_reading": "spec.growth.reading"}
+DECODER_ALIASES = {
+    "window": "spec.window",
+    "decoder.window": "spec.window",
+    "growth_steps": "spec.growth.steps",
+    "decoder.growth_steps": "spec.growth.steps",
+    "decoder.growth_reading": "spec.growth.reading",
+}
 SWEEP_ID = re.compile(r"[0-9a-f]{12}")
 
 
@@ -53,8 +59,10 @@ def parse_filters(words: list[str], root: Path | None = None) -> Filters:
             if SWEEP_ID.fullmatch(word):
                 filters.sweeps.append(word)
                 continue
-            raise UserError(f"'{word}' is neither a filter nor a sweep id; write key=value (e.g. model=toy "
-                            "decoder=sjd,sjd_vp) or a 12-character sweep id")
+            raise UserError(
+                f"'{word}' is neither a filter nor a sweep id; write key=value (e.g. model=toy "
+                "decoder=sjd,sjd_vp) or a 12-character sweep id"
+            )
         values = [v for v in value.split(",") if v != ""]
         if not values:
             raise UserError(f"{key}= needs a value, e.g. {key}=<value>")
@@ -74,8 +82,10 @@ def parse_filters(words: list[str], root: Path | None = None) -> Filters:
         elif re.fullmatch(r"decoder\.(proposal|verifier|init)(\.\w+)+", key):
             filters.decoder[f"spec.{key[8:]}"] = values
         else:
-            raise UserError(f"unknown report filter '{key}'; use model, data, decoder, seed, device, window, "
-                            "growth_steps, decoder.<proposal|verifier|init>[.<knob>], run_id, sweep or results_dir")
+            raise UserError(
+                f"unknown report filter '{key}'; use model, data, decoder, seed, device, window, "
+                "growth_steps, decoder.<proposal|verifier|init>[.<knob>], run_id, sweep or results_dir"
+            )
     return filters
 
 

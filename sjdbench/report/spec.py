@@ -6,6 +6,7 @@ Settings and names work on the stored dict alone, so a report never needs the co
 sjdbench that wrote the run. Losslessness is stored with each run (`decoder_lossless`); only for runs
 written before that field existed is it asked of today's parts (`is_lossless`).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -61,8 +62,10 @@ def is_lossless(spec: dict[str, Any] | None) -> bool:
     if set(spec) - {"window", "growth", *KINDS}:
         return False
     try:
-        parts = {kind: resolve_part(kind, spec.get(kind) or ("chain" if kind == "topology" else None), f"decoder.{kind}")
-                 for kind in KINDS}
+        parts = {
+            kind: resolve_part(kind, spec.get(kind) or ("chain" if kind == "topology" else None), f"decoder.{kind}")
+            for kind in KINDS
+        }
     except UserError:
         return False
     if any(kind in spec and part.identity() != spec[kind] for kind, part in parts.items()):

@@ -13,6 +13,7 @@ Tables per model x data set:
 - per-category (Parti's Category and Challenge) when sample rows carry them;
 - quality: each score with its CI, the paired difference to AR and the noise floor.
 """
+
 from __future__ import annotations
 
 import math
@@ -70,7 +71,9 @@ class Table:
             return "–"
         text = fmt(value, metric.digits)
         if metric.ci and _present(row.get(f"{metric.key}_lo")) and _present(row.get(f"{metric.key}_hi")):
-            text = ci_format.format(text, fmt(row[f"{metric.key}_lo"], metric.digits), fmt(row[f"{metric.key}_hi"], metric.digits))
+            text = ci_format.format(
+                text, fmt(row[f"{metric.key}_lo"], metric.digits), fmt(row[f"{metric.key}_hi"], metric.digits)
+            )
         return text
 
 
@@ -107,8 +110,14 @@ SPEED_METRICS = [
 ]
 
 # run-level settings that become label columns when they differ inside one table
-RUN_SETTINGS = {"seed": "seed", "samples_per_prompt": "samples/prompt", "n_samples": "n", "device": "device",
-                "env.sampling": "sampling", "env.weights": "weights"}
+RUN_SETTINGS = {
+    "seed": "seed",
+    "samples_per_prompt": "samples/prompt",
+    "n_samples": "n",
+    "device": "device",
+    "env.sampling": "sampling",
+    "env.weights": "weights",
+}
 
 
 def _setting_text(value) -> str:
@@ -128,6 +137,7 @@ def _varying_run_settings(runs: pd.DataFrame) -> list[str]:
 
 
 # -- quality columns ------------------------------------------------------------------------------
+
 
 def quality_metrics(scores: pd.DataFrame, run_ids) -> tuple[list[Metric], pd.DataFrame]:
     """One Metric per (evaluator, metric, protocol) scored for any of the runs, and a frame indexed
@@ -151,6 +161,7 @@ def quality_metrics(scores: pd.DataFrame, run_ids) -> tuple[list[Metric], pd.Dat
 
 
 # -- building the frames --------------------------------------------------------------------------
+
 
 def with_numbers(runs: pd.DataFrame, pairings: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
     """Runs with their speedup (pairing columns) and quality scores (quality_metrics' frame)."""
@@ -190,8 +201,9 @@ def main_run_ids(runs: pd.DataFrame) -> set[str]:
     return chosen
 
 
-def main_table(runs: pd.DataFrame, pairings: pd.DataFrame, scores: pd.DataFrame, group: tuple[str, str],
-               every_run: bool = False) -> Table:
+def main_table(
+    runs: pd.DataFrame, pairings: pd.DataFrame, scores: pd.DataFrame, group: tuple[str, str], every_run: bool = False
+) -> Table:
     chosen = runs if every_run else runs[runs["run_id"].isin(main_run_ids(runs))]
     q_metrics, quality = quality_metrics(scores, chosen["run_id"])
     frame = _ordered(with_numbers(chosen, pairings, quality))
@@ -199,8 +211,14 @@ def main_table(runs: pd.DataFrame, pairings: pd.DataFrame, scores: pd.DataFrame,
     labels.update({c: RUN_SETTINGS[c] for c in _varying_run_settings(frame)})
     frame = _labelled(frame, labels).reset_index(drop=True)
     model, data = group
-    return Table(f"main-{slug(model)}-{slug(data)}", f"{model} on {data}: decoders against AR", list(labels.values()),
-                 SPEED_METRICS + q_metrics, frame, group=group)
+    return Table(
+        f"main-{slug(model)}-{slug(data)}",
+        f"{model} on {data}: decoders against AR",
+        list(labels.values()),
+        SPEED_METRICS + q_metrics,
+        frame,
+        group=group,
+    )
 
 
 def _setting_columns(runs: pd.DataFrame) -> list[str]:
@@ -222,7 +240,9 @@ def _matches_reference(run: pd.Series, reference: dict, skip: str) -> bool:
     return True
 
 
-def ablation_tables(runs: pd.DataFrame, pairings: pd.DataFrame, scores: pd.DataFrame, group: tuple[str, str]) -> list[Table]:
+def ablation_tables(
+    runs: pd.DataFrame, pairings: pd.DataFrame, scores: pd.DataFrame, group: tuple[str, str]
+) -> list[Table]:
     """Per algorithm with runs at several settings: one table per varying setting (the runs at the
     reference values of every other setting), plus one over all settings for runs no slice covers."""
     tables = []
@@ -239,8 +259,11 @@ def ablation_tables(runs: pd.DataFrame, pairings: pd.DataFrame, scores: pd.DataF
         reference = {}
         for column in dims:
             values = cluster[column].dropna().map(_setting_text)
-            reference[column] = _setting_text(anchor[column]) if anchor is not None and _present_setting(anchor[column]) \
+            reference[column] = (
+                _setting_text(anchor[column])
+                if anchor is not None and _present_setting(anchor[column])
                 else values.mode().sort_values().iloc[0]
+            )
         families = sorted({f for f in cluster.get("decoder_family", pd.Series(dtype=str)).dropna() if f != "custom"})
         family = families[0] if len(families) == 1 else ", ".join(families) or chain
         covered: set[str] = set()
@@ -265,15 +288,21 @@ def _ablation(members, dims, chain, family, pairings, scores, group) -> Table:
     q_metrics, quality = quality_metrics(scores, members["run_id"])
     frame = with_numbers(members, pairings, quality)
     frame = frame.sort_values(dims, key=lambda s: s.map(_sort_key)).reset_index(drop=True)
-    labels = {d: setting_name(d[len("spec."):]) for d in dims}
+    labels = {d: setting_name(d[len("spec.") :]) for d in dims}
     labels["decoder"] = "decoder"
     labels.update({c: RUN_SETTINGS[c] for c in _varying_run_settings(frame)})
     frame = _labelled(frame, labels)
     over = " × ".join(labels[d] for d in dims)
     model, data = group
     name = f"ablation-{slug(model)}-{slug(data)}-{slug(chain)}-{slug('-'.join(labels[d] for d in dims))}"
-    return Table(name, f"{model} on {data}: {family} ({chain}) over {over}", list(labels.values()),
-                 SPEED_METRICS + q_metrics, frame, group=group)
+    return Table(
+        name,
+        f"{model} on {data}: {family} ({chain}) over {over}",
+        list(labels.values()),
+        SPEED_METRICS + q_metrics,
+        frame,
+        group=group,
+    )
 
 
 def _sort_key(value):
@@ -321,20 +350,34 @@ def category_tables(runs: pd.DataFrame, samples: pd.DataFrame, group: tuple[str,
                     mine = here[here["run_id"] == run["run_id"]]
                     key = f"d:{run['run_id']}"
                     if what == "step_compression":
-                        row[key] = mine["n_tokens"].sum() / mine["nfe"].sum() if len(mine) and mine["nfe"].sum() else np.nan
+                        row[key] = (
+                            mine["n_tokens"].sum() / mine["nfe"].sum() if len(mine) and mine["nfe"].sum() else np.nan
+                        )
                     else:
                         ar_id = _baseline_id(run, runs)
-                        ratios = per_prompt_ratios(here[here["run_id"] == ar_id], mine) if ar_id else pd.Series(dtype=float)
+                        ratios = (
+                            per_prompt_ratios(here[here["run_id"] == ar_id], mine) if ar_id else pd.Series(dtype=float)
+                        )
                         ratios = ratios[np.isfinite(ratios) & (ratios > 0)]
                         value, lo, hi = geometric_mean_ci(ratios.to_numpy()) if len(ratios) else (np.nan, None, None)
                         row.update({key: value, f"{key}_lo": lo, f"{key}_hi": hi})
                 rows.append(row)
-            metrics = [Metric(f"d:{r['run_id']}", _decoder_header(r, decoders), 2, "max", ci=what == "speedup")
-                       for _, r in decoders.iterrows()]
+            metrics = [
+                Metric(f"d:{r['run_id']}", _decoder_header(r, decoders), 2, "max", ci=what == "speedup")
+                for _, r in decoders.iterrows()
+            ]
             frame = pd.DataFrame(rows)
             frame["n"] = frame["n"].astype(str)
-            tables.append(Table(f"{name.lower()}-{what}-{slug(model)}-{slug(data)}",
-                                f"{model} on {data}: {header} per Parti {name}", [name, "n"], metrics, frame, group=group))
+            tables.append(
+                Table(
+                    f"{name.lower()}-{what}-{slug(model)}-{slug(data)}",
+                    f"{model} on {data}: {header} per Parti {name}",
+                    [name, "n"],
+                    metrics,
+                    frame,
+                    group=group,
+                )
+            )
     return tables
 
 
@@ -350,6 +393,7 @@ def _decoder_header(run: pd.Series, decoders: pd.DataFrame) -> str:
 
 # -- quality --------------------------------------------------------------------------------------
 
+
 def quality_tables(runs: pd.DataFrame, scores: pd.DataFrame, group: tuple[str, str]) -> list[Table]:
     """Per evaluator: each scored run's value with CI, its paired difference to AR with CI, N, and
     the noise floor (e.g. FD between two AR seeds) against which a difference is read."""
@@ -357,23 +401,32 @@ def quality_tables(runs: pd.DataFrame, scores: pd.DataFrame, group: tuple[str, s
     tables = []
     model, data = group
     for (evaluator, name, protocol), frame in subset.groupby(["evaluator", "metric", "protocol_hash"], sort=True):
-        merged = _ordered(runs.merge(frame.drop(columns=["n"]).rename(columns={"ar_run_id": "score_ar_run_id"}),
-                                     on="run_id"))
+        merged = _ordered(
+            runs.merge(frame.drop(columns=["n"]).rename(columns={"ar_run_id": "score_ar_run_id"}), on="run_id")
+        )
         merged = merged.rename(columns={"ci_lo": "value_lo", "ci_hi": "value_hi"})
         merged["n"] = frame.set_index("run_id").reindex(merged["run_id"])["n"].map(_setting_text).to_numpy()
         digits = quality_digits(merged["value"])
         lower = bool(frame["lower_is_better"].iloc[0])
-        metrics = [Metric("value", name, digits, "min" if lower else "max", ci=True),
-                   Metric("delta", f"Δ vs AR", digits, None, ci=True),
-                   Metric("noise_floor", "noise floor", digits)]
+        metrics = [
+            Metric("value", name, digits, "min" if lower else "max", ci=True),
+            Metric("delta", "Δ vs AR", digits, None, ci=True),
+            Metric("noise_floor", "noise floor", digits),
+        ]
         labels = {"decoder": "decoder", "window": "W", "lossless": "lossless"}
         labelled = _labelled(merged, labels).reset_index(drop=True)
-        tables.append(Table(f"quality-{slug(model)}-{slug(data)}-{slug(evaluator)}-{str(protocol)[:8]}",
-                            f"{model} on {data}: {name} ({evaluator}, protocol {str(protocol)[:8]})",
-                            [*labels.values(), "n"], metrics, labelled, group=group))
+        tables.append(
+            Table(
+                f"quality-{slug(model)}-{slug(data)}-{slug(evaluator)}-{str(protocol)[:8]}",
+                f"{model} on {data}: {name} ({evaluator}, protocol {str(protocol)[:8]})",
+                [*labels.values(), "n"],
+                metrics,
+                labelled,
+                group=group,
+            )
+        )
     return tables
 
 
 def slug(text) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text)).strip("_") or "x"
-

@@ -5,6 +5,7 @@ resolved on the host from fixed layout tables (a neighbour that is itself fresh 
 followed to its source), and the device only does gathers, so no host sync happens. Where the
 neighbour does not exist (first column / first row) they fall back to a uniform random draw.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,8 +56,9 @@ def finish(positions: list[int], drafts: torch.Tensor, ctx: InitContext) -> torc
     return drafts
 
 
-def copy_neighbour(positions: list[int], ctx: InitContext, generator: torch.Generator, table: np.ndarray,
-                   use_argmax: bool = False) -> torch.Tensor:
+def copy_neighbour(
+    positions: list[int], ctx: InitContext, generator: torch.Generator, table: np.ndarray, use_argmax: bool = False
+) -> torch.Tensor:
     """Drafts (F,) copied from each position's neighbour in `table` (its latest argmax if
     `use_argmax` and known, else its guess); uniform where there is none."""
     device = ctx.legal.device

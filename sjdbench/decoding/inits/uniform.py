@@ -4,6 +4,7 @@ is drawn from the distribution it claims; with q uniform a fresh draft d is acce
 probability min(1, K p(d)) (K image tokens) instead of p(d), and a rejection draws from
 norm([p - 1/K]_+).
 """
+
 from __future__ import annotations
 
 import torch
@@ -14,12 +15,12 @@ from sjdbench.decoding.processing import one_hot
 
 
 class UniformInit(KnoblessPart):
-
     @classmethod
     def lossless(cls, config) -> bool:
         """A fresh draft carries the distribution it was drawn from as its reference (one-hot, or uniform): the
         exact test stays exact whatever the draft."""
         return True
+
     def fill(self, positions: list[int], ctx: InitContext, generator: torch.Generator) -> torch.Tensor:
         return finish(positions, uniform_drafts(len(positions), ctx, generator), ctx)
 

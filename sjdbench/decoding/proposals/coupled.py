@@ -23,6 +23,7 @@ rejection is coupled: the released MC-SJD code's loop that does not stop at the 
 `tau` (not exact): the other reading of SJD++'s "reuse high-confidence drafts": keep d iff
 p(d)/q_old(d) >= tau, else draw from p.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ class CoupledProposal:
         self.tau, self.reference = tau, reference
 
     @classmethod
-    def build(cls, config: CoupledConfig, adapter=None) -> "CoupledProposal":
+    def build(cls, config: CoupledConfig, adapter=None) -> CoupledProposal:
         return cls(config.tau, config.reference)
 
     def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:

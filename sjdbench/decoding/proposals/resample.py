@@ -3,6 +3,7 @@
 Every slot after the commit point gets a fresh draw d' ~ p from this iteration's distribution, which
 was conditioned on the (possibly rejected) tokens before it, and its reference becomes q := p.
 """
+
 from __future__ import annotations
 
 import torch

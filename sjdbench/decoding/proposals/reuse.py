@@ -5,6 +5,7 @@ min(1, p(d)/q(d)) > threshold; otherwise the slot draws a new draft from p and i
 p. Keeping the old q breaks "draft ~ q" for the next test, so this is not exact (the exact rule is
 `coupled`, the maximal coupling). Slots without a carried draft draw from p.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ class ReuseProposal:
         self.threshold = threshold
 
     @classmethod
-    def build(cls, config: ReuseConfig, adapter=None) -> "ReuseProposal":
+    def build(cls, config: ReuseConfig, adapter=None) -> ReuseProposal:
         return cls(config.threshold)
 
     def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:

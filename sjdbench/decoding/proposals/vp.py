@@ -13,6 +13,7 @@ VP is a pure proposal change and the decoder stays exact. `reference: p` stores 
 N and its reading are the decoder's `growth_steps` / `growth_reading`: the loop computes one growth
 mask per iteration for VP and for the statistics alike.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -61,7 +62,9 @@ class VPConfig(PartConfig):
         return set()
 
 
-def ewa_reference(history: ProbabilityHistory, positions: torch.Tensor, depth: int, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+def ewa_reference(
+    history: ProbabilityHistory, positions: torch.Tensor, depth: int, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """pbar (L, V) from the previous `depth` iterations (not the current one), and has-history (L,)."""
     recent, valid = history.last(positions, depth + 1)  # (L, depth+1, V), newest (= current) first
     past, past_valid = recent[:, 1:], valid[:, 1:]  # (L, k, V)
@@ -111,7 +114,7 @@ class VPProposal:
         self.history_depth = config.history + 1  # the EWA reads H past iterations plus the current one
 
     @classmethod
-    def build(cls, config: VPConfig, adapter=None, inner=None) -> "VPProposal":
+    def build(cls, config: VPConfig, adapter=None, inner=None) -> VPProposal:
         return cls(inner, config)
 
     def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:

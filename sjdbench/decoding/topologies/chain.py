@@ -3,6 +3,7 @@ with the causal mask. x_{n-1}, the last decided token, is re-fed so its logits g
 every draft follows the one before it. Verification is the accepted prefix, then the residual at the
 first rejection or the bonus draw after the last slot.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,7 +25,7 @@ class ChainTopology(ForestTopology):
         return True
 
     @classmethod
-    def build(cls, config: NoKnobs, adapter=None) -> "ChainTopology":
+    def build(cls, config: NoKnobs, adapter=None) -> ChainTopology:
         return cls()
 
     def plan(self, state: DecodeState, window: int, init: Init, ctx: InitContext, generator: torch.Generator) -> Window:

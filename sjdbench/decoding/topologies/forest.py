@@ -23,6 +23,7 @@ carried to the proposal (the coupling may keep it); a draft that was rejected an
 emitted token is dropped and redrawn from p. No draft the verifier looked at is carried, so the
 carried drafts are still distributed as their references: the coupling stays exact.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -60,8 +61,9 @@ def first_children(slot: int, kids: list[list[int]]) -> list[int]:
     return out
 
 
-def drafts_for(state: DecodeState, positions: list[int], init: Init, ctx: InitContext,
-               generator: torch.Generator) -> WindowState:
+def drafts_for(
+    state: DecodeState, positions: list[int], init: Init, ctx: InitContext, generator: torch.Generator
+) -> WindowState:
     """The pending drafts for `positions` (ascending), drafting missing ones with the init first."""
     if not positions:
         return state.pending.head(0)
@@ -143,8 +145,16 @@ class ForestTopology:
             carry.append(-1 if waiting is None or (not emits and t == start) else waiting)
         return cont, carry
 
-    def emission(self, window: Window, p: torch.Tensor, end: int, children: list[int], chains: dict,
-                 verifier: Verifier, node_of: np.ndarray) -> torch.Tensor:
+    def emission(
+        self,
+        window: Window,
+        p: torch.Tensor,
+        end: int,
+        children: list[int],
+        chains: dict,
+        verifier: Verifier,
+        node_of: np.ndarray,
+    ) -> torch.Tensor:
         """(V,) distribution of the token emitted after slot `end`: the residual left after all its
         children failed, or its own p (the bonus) when it has none."""
         if not children:
@@ -154,8 +164,9 @@ class ForestTopology:
         return verifier.replacement(before, window.nodes.refs[last], window.nodes.drafts[last])
 
     @staticmethod
-    def _test(window: Window, p: torch.Tensor, verifier: Verifier, u: torch.Tensor, kids: list[list[int]],
-              node_of: np.ndarray) -> tuple[torch.Tensor, dict]:
+    def _test(
+        window: Window, p: torch.Tensor, verifier: Verifier, u: torch.Tensor, kids: list[list[int]], node_of: np.ndarray
+    ) -> tuple[torch.Tensor, dict]:
         """Flags (Q,): whether each draft passes against its parent's p_k (k = its sibling index),
         and the RRS chains [p_0, p_1, ...] of every slot with several children."""
         nodes = window.node_slots
@@ -185,8 +196,9 @@ class ForestTopology:
             flags[idx] = verifier.accept(torch.stack(later_p), refs[idx], drafts[idx], u[idx])
         return flags, chains
 
-    def _choose(self, children: list[int], passed: np.ndarray, node_of: np.ndarray, best: np.ndarray | None,
-                tested: list[int]) -> int | None:
+    def _choose(
+        self, children: list[int], passed: np.ndarray, node_of: np.ndarray, best: np.ndarray | None, tested: list[int]
+    ) -> int | None:
         """The accepted child (None: all failed); records the children tested on the way."""
         if best is None:  # recursive rejection sampling: the first child that passes
             for child in children:

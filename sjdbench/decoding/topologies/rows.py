@@ -21,6 +21,7 @@ residual at its first rejection, or the bonus); the rows below keep their accept
 rejected draft is redrawn from p. `emit: all`: every row emits. `row_window: 1` with `emit: all` is
 ZipAR: one token per row per forward, sampled from p with no drafts and no verification.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -68,10 +69,10 @@ class Bands:
     cells: np.ndarray  # (H, W) position of each grid cell
 
     @staticmethod
-    def of(layout) -> "Bands":
+    def of(layout) -> Bands:
         cells = layout.position_of().numpy()
         forced = layout.forced.numpy()
-        H, N = cells.shape[0], layout.n_positions
+        _H, N = cells.shape[0], layout.n_positions
         first = cells[:, 0]
         anchor = np.concatenate([[-1], first[1:] - 1])
         anchor_forced = np.concatenate([[False], forced[first[1:] - 1] >= 0])
@@ -95,7 +96,7 @@ class RowsTopology(ForestTopology):
         self._bands: dict[int, Bands] = {}
 
     @classmethod
-    def build(cls, config: RowsConfig, adapter=None) -> "RowsTopology":
+    def build(cls, config: RowsConfig, adapter=None) -> RowsTopology:
         return cls(config.row_window, config.row_start, config.emit, config.max_rows)
 
     def history_rows(self, window: int) -> int:
@@ -112,8 +113,10 @@ class RowsTopology(ForestTopology):
         decided, cached = state.decided, state.cached
         H, width = bands.cells.shape
         done_cells = decided[bands.cells].sum(1)  # (H,) decided image tokens per row (a prefix of the row)
-        frontier = [int(s + np.argmin(decided[s:e])) if not decided[s:e].all() else int(e)
-                    for s, e in zip(bands.start, bands.end)]
+        frontier = [
+            int(s + np.argmin(decided[s:e])) if not decided[s:e].all() else int(e)
+            for s, e in zip(bands.start, bands.end)
+        ]
         complete = [f == e for f, e in zip(frontier, bands.end)]
         leading = next(r for r in range(H) if not complete[r])
 
@@ -173,7 +176,7 @@ class RowsTopology(ForestTopology):
             hidden += [bool(cached[root])] + [False] * len(chain)
             shared += [bool(decided[root] and not cached[root])] + [False] * len(chain)
         nodes = state.pending.gather(state.pending.index_of(node_positions))
-        slot_tokens = torch.cat([t for t in tokens])
+        slot_tokens = torch.cat(list(tokens))
         parent_arr = np.array(parent, dtype=np.int64)
         drafts = torch.as_tensor(np.flatnonzero(parent_arr >= 0), device=slot_tokens.device)
         full = torch.zeros(len(parent), dtype=torch.long, device=slot_tokens.device)

@@ -14,6 +14,7 @@ Verification is recursive rejection sampling over siblings (forest.py), exact wi
 `select: longest` is the released code's reading (the longest accepted path), kept to measure it:
 it is not exact. Defaults K = 3, D = 3 are the released code's (its README says K = 4).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -68,7 +69,7 @@ class TreeTopology(ForestTopology):
         self.width, self.depth, self.select = width, depth, select
 
     @classmethod
-    def build(cls, config: TreeConfig, adapter=None) -> "TreeTopology":
+    def build(cls, config: TreeConfig, adapter=None) -> TreeTopology:
         return cls(config.width, config.depth, config.select)
 
     def siblings(self) -> int:
@@ -79,8 +80,10 @@ class TreeTopology(ForestTopology):
         deepest = N - n - 1  # a slot at depth d predicts position n + d
         n_legal = int(ctx.legal.numel())
         forced = state.layout.forced
-        widths = [1 if int(forced[n - 1 + d]) >= 0 else min(self.width, n_legal)
-                  for d in range(1, min(self.depth - 1, deepest) + 1)]
+        widths = [
+            1 if int(forced[n - 1 + d]) >= 0 else min(self.width, n_legal)
+            for d in range(1, min(self.depth - 1, deepest) + 1)
+        ]
         while widths and tree_size(widths) > window:  # the full tree must fit in the window
             widths.pop()
         main_len = min(len(widths) + 1 + window - tree_size(widths), deepest + 1)  # slots on the first-child path
@@ -121,8 +124,9 @@ class TreeTopology(ForestTopology):
         )
 
     @staticmethod
-    def _siblings(main: WindowState, widths: list[int], ctx: InitContext,
-                  generator: torch.Generator) -> tuple[WindowState, dict]:
+    def _siblings(
+        main: WindowState, widths: list[int], ctx: InitContext, generator: torch.Generator
+    ) -> tuple[WindowState, dict]:
         """Siblings 1..K_d-1 of each branching level, drawn without replacement from the reference q
         of sibling 0 (uniform over the untaken image tokens once q has no mass left); and where each
         (depth, k) landed in the returned state."""
@@ -144,7 +148,7 @@ class TreeTopology(ForestTopology):
             dist = torch.where(mass > 1e-12, left / mass.clamp_min(1e-30), spare / spare.sum(-1, keepdim=True))
             drawn = sample(dist, generator)  # (b,)
             taken[idx, drawn] = True
-            for j, i in enumerate(active):
+            for _j, i in enumerate(active):
                 where[(levels[i], k)] = len(main) + len(positions)
                 positions.append(int(main.positions[levels[i] - 1]))
                 fresh.append(bool(main.fresh[levels[i] - 1]))  # q one-hot: the sibling is a uniform draw

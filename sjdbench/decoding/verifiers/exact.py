@@ -2,6 +2,7 @@
 min(1, p(d)/q(d)), else emit a draw from norm([p - q]_+). The emitted token is distributed exactly as
 p whenever d ~ q: lossless.
 """
+
 from __future__ import annotations
 
 import torch

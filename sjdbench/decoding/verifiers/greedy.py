@@ -2,6 +2,7 @@
 rejected slot emits the argmax. The loop processes every distribution at temperature 0 for this
 rule, so greedy Jacobi equals greedy AR token for token.
 """
+
 from __future__ import annotations
 
 import torch

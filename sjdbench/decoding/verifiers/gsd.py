@@ -27,6 +27,7 @@ With C = {x} both are exactly SJD's rule.
 the model's own value (`adapter.gsd_d_thr`; the paper's 0.5 for Lumina-mGPT-like models), because a
 universal value would silently form no groups on a model whose codes lie farther apart.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -93,14 +94,21 @@ class GSDVerifier:
         """Grouped acceptance: lossy by design."""
         return False
 
-    def __init__(self, embeddings: torch.Tensor, group_size: int, p_thr: float, d_thr: float,
-                 reading: str = "official", id_limit: int = OFFICIAL_ID_LIMIT) -> None:
+    def __init__(
+        self,
+        embeddings: torch.Tensor,
+        group_size: int,
+        p_thr: float,
+        d_thr: float,
+        reading: str = "official",
+        id_limit: int = OFFICIAL_ID_LIMIT,
+    ) -> None:
         self.embeddings = embeddings.float()  # (V, D)
         self.group_size, self.p_thr, self.d_thr = group_size, p_thr, d_thr
         self.reading, self.id_limit = reading, id_limit
 
     @classmethod
-    def build(cls, config: GSDConfig, adapter) -> "GSDVerifier":
+    def build(cls, config: GSDConfig, adapter) -> GSDVerifier:
         embeddings = adapter.token_embeddings().to(adapter.device)
         return cls(embeddings, config.group_size, config.p_thr, model_d_thr(config, adapter), config.reading)
 

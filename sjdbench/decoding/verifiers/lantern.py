@@ -34,6 +34,7 @@ Neighbourhoods are computed once per codebook in row blocks (a 32768-code book n
 a K x K matrix), only the top-(k+1) ids are kept, and the table is cached on disk keyed by the
 codebook's hash. `zero_on` is the old spelling of `reading` (all = ours_all, moved = ours_moved).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -78,12 +79,16 @@ class LanternConfig(PartConfig):
     def _fold_zero_on(self) -> None:
         """Accept the old knob: zero_on=all/moved is reading=ours_all/ours_moved (said once)."""
         if self.zero_on not in LEGACY_ZERO_ON:
-            raise UserError(f"zero_on '{self.zero_on}' is unknown; it is the old spelling of reading: "
-                            f"use reading=ours_all (zero_on=all) or reading=ours_moved (zero_on=moved)")
+            raise UserError(
+                f"zero_on '{self.zero_on}' is unknown; it is the old spelling of reading: "
+                f"use reading=ours_all (zero_on=all) or reading=ours_moved (zero_on=moved)"
+            )
         reading = LEGACY_ZERO_ON[self.zero_on]
         if self.reading not in (reading, LanternConfig.reading):
-            raise UserError(f"zero_on={self.zero_on} (the old spelling of reading={reading}) contradicts "
-                            f"reading={self.reading}; give reading only")
+            raise UserError(
+                f"zero_on={self.zero_on} (the old spelling of reading={reading}) contradicts "
+                f"reading={self.reading}; give reading only"
+            )
         message = f"decoder.verifier.zero_on={self.zero_on} is the old spelling of decoder.verifier.reading={reading}"
         if message not in _explained:
             _explained.add(message)
@@ -107,10 +112,10 @@ def neighbour_table(codebook: torch.Tensor, k: int, cache_dir: Path | None = Non
             return torch.load(path)
     table = torch.empty(K, k, dtype=torch.int32 if K > 32767 else torch.int16)
     for start in range(0, K, 1024):
-        block = torch.cdist(codebook[start:start + 1024], codebook)  # (b, K)
+        block = torch.cdist(codebook[start : start + 1024], codebook)  # (b, K)
         rows = torch.arange(block.shape[0])
         block[rows, rows + start] = float("inf")  # a code is not its own neighbour
-        table[start:start + 1024] = block.topk(k, dim=-1, largest=False).indices.to(table.dtype)
+        table[start : start + 1024] = block.topk(k, dim=-1, largest=False).indices.to(table.dtype)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # parallel builders never share a temp file
@@ -129,8 +134,15 @@ class LanternVerifier:
         """Relaxed acceptance over latent neighbours: lossy by design (its shift is bounded, not zero)."""
         return False
 
-    def __init__(self, neighbours: torch.Tensor, image_token_ids: torch.Tensor, vocab_size: int, delta: float,
-                 reading: str = "official_llamagen", k: int | None = None) -> None:
+    def __init__(
+        self,
+        neighbours: torch.Tensor,
+        image_token_ids: torch.Tensor,
+        vocab_size: int,
+        delta: float,
+        reading: str = "official_llamagen",
+        k: int | None = None,
+    ) -> None:
         """neighbours: (K, >= k) code ids nearest first; the official readings zero k + 1 of them."""
         device = image_token_ids.device
         self.delta, self.reading = delta, reading
@@ -141,7 +153,7 @@ class LanternVerifier:
         self.image_token_ids = image_token_ids
 
     @classmethod
-    def build(cls, config: LanternConfig, adapter) -> "LanternVerifier":
+    def build(cls, config: LanternConfig, adapter) -> LanternVerifier:
         from sjdbench.paths import cache_dir
 
         table = neighbour_table(adapter.codebook(), config.k + 1, cache_dir(), adapter.name)

@@ -16,6 +16,7 @@ prompt file; a run's samples are seeded per (run seed, prompt, sample) as in eve
 
 Run: sjdbench toy calibrate --out docs/toy_calibration.json --png docs/toy_samples.png
 """
+
 from __future__ import annotations
 
 import textwrap
@@ -58,8 +59,12 @@ def default_results_dir() -> Path:
 def adapter_options(adapter) -> dict:
     """model.options that rebuild this toy adapter (so the run id names its sampling and weights)."""
     sampling = adapter.default_sampling
-    options = {"cfg_scale": sampling.cfg_scale, "temperature": sampling.temperature, "top_k": sampling.top_k,
-               "top_p": sampling.top_p}
+    options = {
+        "cfg_scale": sampling.cfg_scale,
+        "temperature": sampling.temperature,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+    }
     weights_dir = getattr(adapter, "weights_dir", None)
     if weights_dir is not None:
         options["weights_dir"] = str(weights_dir)
@@ -73,8 +78,19 @@ def decode_held_out(adapter, n: int, decoder: list[str], results_dir=None) -> li
     from sjdbench.store import RunStore
 
     options = [f"model.options.{k}={v}" for k, v in adapter_options(adapter).items()]
-    config = compose_run(["model=toy", *options, "data=file", f"data.path={held_out_prompt_file()}", f"data.limit={n}",
-                          *decoder, f"results_dir={results_dir or default_results_dir()}", "warmup=0", "device=cpu"])
+    config = compose_run(
+        [
+            "model=toy",
+            *options,
+            "data=file",
+            f"data.path={held_out_prompt_file()}",
+            f"data.limit={n}",
+            *decoder,
+            f"results_dir={results_dir or default_results_dir()}",
+            "warmup=0",
+            "device=cpu",
+        ]
+    )
     outcome = execute(config, adapter=adapter)
     rows = RunStore(Path(outcome.run_dir).parent.parent, outcome.run_id).rows()
     rows = [r for r in rows if r["prompt_id"] < n and r.get("sample", 0) == 0]
@@ -97,8 +113,11 @@ def sjd_runs(adapter, n: int, window: int, results_dir=None) -> tuple[dict, list
     comp = np.array([r["step_compression"] for r in rows])
     acc = np.array([r["acceptance_rate"] or 0.0 for r in rows])
     return {
-        "window": window, "n": n, "step_compression_mean": float(comp.mean()),
-        "step_compression_std": float(comp.std()), "acceptance_rate_mean": float(acc.mean()),
+        "window": window,
+        "n": n,
+        "step_compression_mean": float(comp.mean()),
+        "step_compression_std": float(comp.std()),
+        "acceptance_rate_mean": float(acc.mean()),
         "seconds": round(time.time() - t0, 1),
     }, rows
 
@@ -206,13 +225,19 @@ def fd_calibration(clip, sets: dict[str, np.ndarray], n_reference: int = 1024) -
 
 # the sampling settings of docs/TOY.md's knob table (SJD W=16 against the shipped CFG 3, top-k 100, T 1)
 KNOB_SETTINGS = (
-    {"top_k": 64}, {"top_k": 200}, {"top_k": 0}, {"cfg_scale": 1.5}, {"cfg_scale": 2.0}, {"cfg_scale": 5.0},
+    {"top_k": 64},
+    {"top_k": 200},
+    {"top_k": 0},
+    {"cfg_scale": 1.5},
+    {"cfg_scale": 2.0},
+    {"cfg_scale": 5.0},
     {"temperature": 0.8},
 )
 
 
-def knob_sweep(weights_dir=None, n: int = 16, window: int = 16, settings=KNOB_SETTINGS, threads: int = 2,
-               results_dir=None) -> list[dict]:
+def knob_sweep(
+    weights_dir=None, n: int = 16, window: int = 16, settings=KNOB_SETTINGS, threads: int = 2, results_dir=None
+) -> list[dict]:
     """Step compression and drawn objects under other sampling settings, on the same n captions.
 
     The object finder runs on the SJD samples themselves: SJD samples exactly from the model.
@@ -238,8 +263,15 @@ def _with_weights_dir(adapter, weights_dir):
 
 
 def calibrate(
-    weights_dir=None, n: int = 16, windows=(16, 32), png: str | None = None, threads: int = 2, with_clip: bool = True,
-    n_objects: int = 64, results_dir=None, **sampling,
+    weights_dir=None,
+    n: int = 16,
+    windows=(16, 32),
+    png: str | None = None,
+    threads: int = 2,
+    with_clip: bool = True,
+    n_objects: int = 64,
+    results_dir=None,
+    **sampling,
 ) -> dict:
     """sampling: overrides for build_toy_adapter (cfg_scale, top_k, temperature, top_p).
 

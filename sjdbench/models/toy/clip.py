@@ -8,6 +8,7 @@ image-feature space on the toy model, fully offline.
 Files in the weights dir: toy_clip.safetensors, toy_clip.json (model config, vocabulary, training
 config, final loss and retrieval accuracy).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,16 @@ import torch
 import torch.nn.functional as F
 
 from sjdbench.models.toy.world import (
-    COLOURS, SHAPES, SIZES, TEXTURES, Scene, attribute_alternatives, caption, render_batch, render_scenes, with_attribute,
+    COLOURS,
+    SHAPES,
+    SIZES,
+    TEXTURES,
+    Scene,
+    attribute_alternatives,
+    caption,
+    render_batch,
+    render_scenes,
+    with_attribute,
 )
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
@@ -31,7 +41,14 @@ CONTEXT_LENGTH = 48
 MODEL_CONFIG = {
     "embed_dim": 64,
     "vision_cfg": {"image_size": 64, "layers": 3, "width": 128, "head_width": 32, "patch_size": 8, "mlp_ratio": 2.0},
-    "text_cfg": {"context_length": CONTEXT_LENGTH, "width": 128, "heads": 4, "layers": 2, "mlp_ratio": 2.0, "pool_type": "eos"},
+    "text_cfg": {
+        "context_length": CONTEXT_LENGTH,
+        "width": 128,
+        "heads": 4,
+        "layers": 2,
+        "mlp_ratio": 2.0,
+        "pool_type": "eos",
+    },
 }
 MEAN = torch.tensor([0.5, 0.5, 0.5])
 STD = torch.tensor([0.25, 0.25, 0.25])
@@ -86,12 +103,18 @@ class ToyClip:
     @torch.no_grad()
     def image_features(self, images: np.ndarray | torch.Tensor, batch: int = 256) -> torch.Tensor:
         """L2-normalised image embeddings (B, embed_dim) on CPU."""
-        out = [self.model.encode_image(self.preprocess(images[i : i + batch]), normalize=True) for i in range(0, len(images), batch)]
+        out = [
+            self.model.encode_image(self.preprocess(images[i : i + batch]), normalize=True)
+            for i in range(0, len(images), batch)
+        ]
         return torch.cat(out).float().cpu()
 
     @torch.no_grad()
     def text_features(self, captions: list[str], batch: int = 256) -> torch.Tensor:
-        out = [self.model.encode_text(self.tokenize(captions[i : i + batch]), normalize=True) for i in range(0, len(captions), batch)]
+        out = [
+            self.model.encode_text(self.tokenize(captions[i : i + batch]), normalize=True)
+            for i in range(0, len(captions), batch)
+        ]
         return torch.cat(out).float().cpu()
 
     def clip_score(self, images: np.ndarray | torch.Tensor, captions: list[str]) -> np.ndarray:
@@ -129,7 +152,9 @@ def load_toy_clip(weights_dir: str | Path | None = None, device: str = "cpu") ->
     return clip
 
 
-def clip_score(images: np.ndarray | torch.Tensor, captions: list[str], weights_dir: str | Path | None = None) -> np.ndarray:
+def clip_score(
+    images: np.ndarray | torch.Tensor, captions: list[str], weights_dir: str | Path | None = None
+) -> np.ndarray:
     """Per-sample toy CLIP-Score 100 * max(cos, 0) of uint8 images (B, 64, 64, 3) with their captions."""
     return load_toy_clip(weights_dir).clip_score(images, captions)
 
@@ -147,7 +172,9 @@ def swapped_captions(scene: Scene, k: int, attribute: str) -> list[str]:
 
 def attribute_accuracy(clip: ToyClip, images: np.ndarray, scenes: list[Scene], attribute: str) -> dict:
     """Share of (image, object) pairs where toy CLIP ranks the true caption above every swap."""
-    groups = [(b, swapped_captions(scene, k, attribute)) for b, scene in enumerate(scenes) for k in range(len(scene.objects))]
+    groups = [
+        (b, swapped_captions(scene, k, attribute)) for b, scene in enumerate(scenes) for k in range(len(scene.objects))
+    ]
     image_feats = clip.image_features(images)  # (B, D), L2-normalised
     text_feats = clip.text_features([c for _, caps in groups for c in caps])  # all captions in large batches
     hits, chance, start = [], [], 0
@@ -197,10 +224,10 @@ def train_toy_clip(
 ) -> dict:
     """Contrastive training on freshly rendered pairs; stops at `steps` or after `minutes`.
     device: "cpu", "cuda" or "auto" (cuda when visible)."""
-    from sjdbench.models.toy.train import resolve_train_device
-
     from rich.progress import Progress
     from safetensors.torch import save_file
+
+    from sjdbench.models.toy.train import resolve_train_device
 
     out_dir = Path(out_dir or WEIGHTS_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -228,7 +255,9 @@ def train_toy_clip(
                 g["lr"] = lr * warm * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
             images, scenes = render_scenes(seed + 5000 + step, 0, batch_size)  # a fresh batch every step
             caps = [caption(s) for s in scenes]
-            negatives = hard_negative_captions(scenes, np.random.default_rng([seed, 11, step])) if hard_negatives else []
+            negatives = (
+                hard_negative_captions(scenes, np.random.default_rng([seed, 11, step])) if hard_negatives else []
+            )
             img_f = model.encode_image(clip.preprocess(images), normalize=True)  # (B, D)
             txt_all = model.encode_text(clip.tokenize(caps + negatives), normalize=True)  # (B + B*H, D)
             scale = model.logit_scale.exp().clamp(max=100)
@@ -254,16 +283,31 @@ def train_toy_clip(
         "model": MODEL_CONFIG,
         "vocab": vocab,
         "normalisation": {"mean": MEAN.tolist(), "std": STD.tolist()},
-        "train": {"seed": seed, "steps": step, "batch_size": batch_size, "lr": lr, "threads": threads, "device": device,
-                  "seconds": round(time.time() - t_start, 1), "data": "fresh render_batch(seed + 5000 + step) per step",
-                  "hard_negatives": "one shape-swapped and one colour-swapped caption per image" if hard_negatives else None},
-        "final": {"train_loss_last20": float(np.mean(losses[-20:])), "val_top1_of_256": acc,
-                  "val_clip_score_matched": float(matched), "val_clip_score_shuffled": float(shuffled),
-                  "val_shape_swap_accuracy": swaps["shape"], "val_colour_swap_accuracy": swaps["colour"]},
+        "train": {
+            "seed": seed,
+            "steps": step,
+            "batch_size": batch_size,
+            "lr": lr,
+            "threads": threads,
+            "device": device,
+            "seconds": round(time.time() - t_start, 1),
+            "data": "fresh render_batch(seed + 5000 + step) per step",
+            "hard_negatives": "one shape-swapped and one colour-swapped caption per image" if hard_negatives else None,
+        },
+        "final": {
+            "train_loss_last20": float(np.mean(losses[-20:])),
+            "val_top1_of_256": acc,
+            "val_clip_score_matched": float(matched),
+            "val_clip_score_shuffled": float(shuffled),
+            "val_shape_swap_accuracy": swaps["shape"],
+            "val_colour_swap_accuracy": swaps["colour"],
+        },
     }
     (out_dir / CLIP_META).write_text(json.dumps(meta, indent=2) + "\n")
     _CACHE.clear()
-    log(f"toy CLIP: {step} steps, loss {meta['final']['train_loss_last20']:.3f}, val top-1 {acc:.2f}, "
+    log(
+        f"toy CLIP: {step} steps, loss {meta['final']['train_loss_last20']:.3f}, val top-1 {acc:.2f}, "
         f"CLIP-Score matched {matched:.1f} vs shuffled {shuffled:.1f}, shape-swap accuracy "
-        f"{swaps['shape']['accuracy']:.2f} (chance {swaps['shape']['chance']:.2f})")
+        f"{swaps['shape']['accuracy']:.2f} (chance {swaps['shape']['chance']:.2f})"
+    )
     return meta

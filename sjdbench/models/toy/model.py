@@ -6,6 +6,7 @@
     toy.json                   exact model config, layout, caption vocabulary, sampling defaults,
                                training config, losses
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -78,7 +79,13 @@ def build_toy_adapter(
 
     sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p)
     adapter = LlamaImageAdapter(
-        "toy", model, tokenizer.n_codes, layout, sampling, decode_codes, tokenizer.codebook(),
+        "toy",
+        model,
+        tokenizer.n_codes,
+        layout,
+        sampling,
+        decode_codes,
+        tokenizer.codebook(),
         trained_caption_encoder(meta),
     )
     adapter.gsd_d_thr = GSD_D_THR
@@ -111,7 +118,9 @@ def verify_weights(weights_dir: str | Path | None = None) -> None:
     except FileNotFoundError as error:
         raise WeightsError(str(error)) from None
     except (ValueError, KeyError, TypeError) as error:
-        raise WeightsError(f"{weights_dir / META_FILE} is corrupt or not a toy model config ({error}); restore it") from None
+        raise WeightsError(
+            f"{weights_dir / META_FILE} is corrupt or not a toy model config ({error}); restore it"
+        ) from None
     checksums = recorded_checksums(weights_dir)
     check_weight_file(weights_dir / LM_FILE, shapes, checksums)
     check_weight_file(weights_dir / TOKENIZER_FILE, None, checksums)

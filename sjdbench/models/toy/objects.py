@@ -8,6 +8,7 @@ shape and size near that region. The same finder run on the renders themselves g
 (occlusion and image borders hide parts of objects), and on the tokenizer's round trips the ceiling
 of what a model over these codes can show.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -114,6 +115,10 @@ def object_report(images: np.ndarray, scenes: list[Scene]) -> dict:
                 n_abs += 1
                 cell_ok += found.present and _cell_of(found.centre) == obj.cell
     return {
-        "objects": n_obj, "present": present / n_obj, "shape": shape_ok / n_obj, "shape_and_size": size_ok / n_obj,
-        "cell": cell_ok / max(n_abs, 1), "objects_with_absolute_position": n_abs,
+        "objects": n_obj,
+        "present": present / n_obj,
+        "shape": shape_ok / n_obj,
+        "shape_and_size": size_ok / n_obj,
+        "cell": cell_ok / max(n_abs, 1),
+        "objects_with_absolute_position": n_abs,
     }

@@ -7,6 +7,7 @@ ids live in the adapter's text range (5..100), so the vocabulary layout of `llam
 unchanged. Words and numbers outside the grammar map to <unk>, which the model never saw in
 training; punctuation other than the comma is dropped.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,22 @@ _WORD_RE = re.compile(r"[a-z0-9]+|,")
 def grammar_words() -> list[str]:
     """Every word the caption grammar can produce, in a fixed order (<unk> first)."""
     fixed = [
-        "a", "an", "at", "the", "on", "in", "of", "and", ",", "left", "right", "above", "below",
-        "background", *world.ROW_WORDS, *world.COL_WORDS,
+        "a",
+        "an",
+        "at",
+        "the",
+        "on",
+        "in",
+        "of",
+        "and",
+        ",",
+        "left",
+        "right",
+        "above",
+        "below",
+        "background",
+        *world.ROW_WORDS,
+        *world.COL_WORDS,
     ]
     words = [UNK]
     for w in [*fixed, *world.SIZES, *world.COLOURS, *world.SHAPES, *world.TEXTURES]:
@@ -52,7 +67,7 @@ class WordTokenizer:
 
 
 def caption_encoder(kind: str, vocab: list[str] | None = None) -> Callable[[str], list[int]]:
-    """"words" (with that vocabulary, default the grammar's) or "chars" (printable ASCII)."""
+    """ "words" (with that vocabulary, default the grammar's) or "chars" (printable ASCII)."""
     if kind == "words":
         return WordTokenizer(vocab or grammar_words())
     if kind == "chars":

@@ -5,6 +5,7 @@ nearest centroid in squared Euclidean distance; decoding pastes the centroids ba
 with a seeded k-means++-style start leaves some centroids close to each other (near-duplicate codes),
 the ambiguity that relaxed verifiers exploit.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -103,11 +104,11 @@ class PatchTokenizer:
         save_file({"centroids": self.centroids}, str(path))
 
     @classmethod
-    def load(cls, path: str | Path) -> "PatchTokenizer":
+    def load(cls, path: str | Path) -> PatchTokenizer:
         return cls(load_file(str(path))["centroids"])
 
     @classmethod
-    def fit(cls, images: np.ndarray, k: int = 512, iters: int = 20, seed: int = 0) -> "PatchTokenizer":
+    def fit(cls, images: np.ndarray, k: int = 512, iters: int = 20, seed: int = 0) -> PatchTokenizer:
         x = patches(images).reshape(-1, DIM)
         return cls(fit_kmeans(x, k, iters, seed))
 

@@ -8,6 +8,7 @@ PAD (masked out) to the batch's longest prompt, which is exactly how
 tokens only. Batch composition is a function of (seed, step), so a resumed run continues
 the same stream. `out_dir/ckpt.pt` is rewritten every `ckpt_minutes`; rerunning resumes from it.
 """
+
 from __future__ import annotations
 
 import csv
@@ -31,7 +32,6 @@ from sjdbench.models.toy.text import caption_encoder, grammar_words
 from sjdbench.models.toy.tokenizer import GRID, PatchTokenizer, roundtrip_error
 from sjdbench.models.toy.world import render_batch
 from sjdbench.models.weights import write_checksums
-
 
 SHIPPED_STEPS = 3400  # the step count of the shipped weights (see docs/TOY.md for the exact recipe)
 DEFAULT_OUT = Path("toy_weights")  # `sjdbench toy train` writes here unless told otherwise
@@ -86,7 +86,7 @@ def segment_tokens(codes: torch.Tensor, row_end_token: bool) -> torch.Tensor:
 
 
 def resolve_train_device(device: str) -> str:
-    """"auto" -> cuda when visible, else cpu; an explicit cuda without a GPU is a clear error."""
+    """ "auto" -> cuda when visible, else cpu; an explicit cuda without a GPU is a clear error."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -102,7 +102,11 @@ def segment_length(cfg: TrainConfig) -> int:
 
 
 def make_batch(
-    codes: torch.Tensor, captions: list[str], idx: np.ndarray, drop: np.ndarray, row_end_token: bool,
+    codes: torch.Tensor,
+    captions: list[str],
+    idx: np.ndarray,
+    drop: np.ndarray,
+    row_end_token: bool,
     encode: Callable[[str], list[int]] = encode_text,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Left-padded sequences (B, P + N) and pad mask; P = longest prompt in the batch."""
@@ -131,10 +135,21 @@ def sequence_loss(model: Llama, seq: torch.Tensor, pad_mask: torch.Tensor, P: in
 
 
 def _progress():
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
         TextColumn("{task.fields[info]}"),
     )
 
@@ -189,7 +204,9 @@ def evaluate(model: Llama, data: dict, cfg: TrainConfig, unconditional: bool = F
     totals, code_losses = [], []
     for start in range(0, len(caps), cfg.batch_size):
         idx = np.arange(start, min(start + cfg.batch_size, len(caps)))
-        seq, mask, P = make_batch(codes, caps, idx, np.full(len(idx), unconditional), cfg.row_end_token, caption_encoder(cfg.text))
+        seq, mask, P = make_batch(
+            codes, caps, idx, np.full(len(idx), unconditional), cfg.row_end_token, caption_encoder(cfg.text)
+        )
         loss, per = sequence_loss(model, seq, mask, P)
         totals.append(per)
         is_code = seq[:, P:] >= CODE_OFFSET
@@ -248,8 +265,10 @@ def train_toy(
     out_dir = Path(out_dir or DEFAULT_OUT)
     is_package = out_dir.resolve() == toy_model.WEIGHTS_DIR.resolve()
     if is_package and not overwrite:
-        raise ValueError(f"{out_dir} holds the shipped toy weights; train into another folder (--out DIR) and use it with "
-                         "model.options.weights_dir=DIR, or pass --overwrite to replace the shipped weights")
+        raise ValueError(
+            f"{out_dir} holds the shipped toy weights; train into another folder (--out DIR) and use it with "
+            "model.options.weights_dir=DIR, or pass --overwrite to replace the shipped weights"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     if work_dir is None:
         work_dir = Path(".cache") / "toy_train" if is_package else out_dir
@@ -284,15 +303,20 @@ def train_toy(
     codes, captions = data["codes"], data["captions"]
     torch.manual_seed(cfg.seed)
     model_cfg = LlamaConfig(
-        vocab_size=vocab_size_for(cfg.n_codes), dim=cfg.dim, n_layers=cfg.n_layers, n_heads=cfg.n_heads,
-        max_seq_len=cfg.max_seq_len, segment_len=segment_length(cfg) if cfg.segment_embedding else 0,
+        vocab_size=vocab_size_for(cfg.n_codes),
+        dim=cfg.dim,
+        n_layers=cfg.n_layers,
+        n_heads=cfg.n_heads,
+        max_seq_len=cfg.max_seq_len,
+        segment_len=segment_length(cfg) if cfg.segment_embedding else 0,
     )
     model = Llama(model_cfg).to(cfg.device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.95),
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
     )
     step, log_rows, elapsed = 0, [], 0.0
     if state is not None:
@@ -303,8 +327,15 @@ def train_toy(
     def checkpoint() -> None:
         tmp = ckpt_path.with_suffix(".tmp")
         torch.save(
-            {"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "log": log_rows,
-             "cfg": asdict(cfg), "elapsed": elapsed}, tmp,
+            {
+                "model": model.state_dict(),
+                "opt": opt.state_dict(),
+                "step": step,
+                "log": log_rows,
+                "cfg": asdict(cfg),
+                "elapsed": elapsed,
+            },
+            tmp,
         )
         tmp.replace(ckpt_path)
         _save_curve(out_dir, log_rows)
@@ -340,7 +371,12 @@ def train_toy(
                 progress.update(task, total=cfg.steps)
                 log(f"time budget {cfg.minutes} min -> {cfg.steps} steps")
             if step % cfg.log_every == 0:
-                row = {"step": step, "loss": float(np.mean(window)), "lr": opt.param_groups[0]["lr"], "elapsed_s": round(elapsed, 1)}
+                row = {
+                    "step": step,
+                    "loss": float(np.mean(window)),
+                    "lr": opt.param_groups[0]["lr"],
+                    "elapsed_s": round(elapsed, 1),
+                }
                 log_rows.append(row)
                 window = []
             progress.update(task, completed=step, info=f"loss {last_loss:.3f}")
@@ -348,15 +384,26 @@ def train_toy(
                 checkpoint()
                 last_ckpt = time.time()
     if window:  # the last partial logging window
-        log_rows.append({"step": step, "loss": float(np.mean(window)), "lr": opt.param_groups[0]["lr"], "elapsed_s": round(elapsed, 1)})
+        log_rows.append(
+            {
+                "step": step,
+                "loss": float(np.mean(window)),
+                "lr": opt.param_groups[0]["lr"],
+                "elapsed_s": round(elapsed, 1),
+            }
+        )
     checkpoint()
     return export(out_dir, model, cfg, data, log_rows, elapsed, log)
 
 
-def export(out_dir: Path, model: Llama, cfg: TrainConfig, data: dict, log_rows: list[dict], elapsed: float, log=print) -> dict:
+def export(
+    out_dir: Path, model: Llama, cfg: TrainConfig, data: dict, log_rows: list[dict], elapsed: float, log=print
+) -> dict:
     val = evaluate(model, data, cfg)
     val_uncond = evaluate(model, data, cfg, unconditional=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(out_dir / toy_model.LM_FILE))
+    save_file(
+        {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(out_dir / toy_model.LM_FILE)
+    )
     publish(out_dir / toy_model.LM_FILE)
     tail = [r["loss"] for r in log_rows[-5:]]
     meta = {
@@ -364,22 +411,36 @@ def export(out_dir: Path, model: Llama, cfg: TrainConfig, data: dict, log_rows: 
         "model": model.cfg.to_dict(),
         "layout": {"grid": [GRID, GRID], "row_end_token": cfg.row_end_token, "end_token": False},
         "tokenizer": {
-            "kind": "kmeans-4x4-rgb-patches", "n_codes": cfg.n_codes, "patch": 4, "image_size": 64,
-            "roundtrip_val": data["tokenizer_roundtrip"], "near_duplicate_pairs_rms": data["near_duplicate_pairs"],
+            "kind": "kmeans-4x4-rgb-patches",
+            "n_codes": cfg.n_codes,
+            "patch": 4,
+            "image_size": 64,
+            "roundtrip_val": data["tokenizer_roundtrip"],
+            "near_duplicate_pairs_rms": data["near_duplicate_pairs"],
         },
         "text": {"kind": cfg.text, "vocab": grammar_words() if cfg.text == "words" else None},
-        "sampling_defaults": {"cfg_scale": toy_model.DEFAULT_CFG_SCALE, "temperature": 1.0, "top_k": toy_model.DEFAULT_TOP_K, "top_p": 1.0},
+        "sampling_defaults": {
+            "cfg_scale": toy_model.DEFAULT_CFG_SCALE,
+            "temperature": 1.0,
+            "top_k": toy_model.DEFAULT_TOP_K,
+            "top_p": 1.0,
+        },
         "train": asdict(cfg),
         "final": {
             "step": log_rows[-1]["step"] if log_rows else 0,
             "train_loss_last50": float(np.mean(tail)) if tail else None,
-            "val_loss": val["loss"], "val_code_loss": val["code_loss"],
-            "val_loss_unconditional": val_uncond["loss"], "val_code_loss_unconditional": val_uncond["code_loss"],
+            "val_loss": val["loss"],
+            "val_code_loss": val["code_loss"],
+            "val_loss_unconditional": val_uncond["loss"],
+            "val_code_loss_unconditional": val_uncond["code_loss"],
             "train_seconds": round(elapsed, 1),
         },
         "environment": {"torch": torch.__version__, "python": platform.python_version(), "threads": cfg.threads},
     }
     (out_dir / toy_model.META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
     write_checksums(out_dir, [toy_model.LM_FILE, toy_model.TOKENIZER_FILE])
-    log(f"exported to {out_dir}: val loss {val['loss']:.3f} (codes {val['code_loss']:.3f}), unconditional {val_uncond['loss']:.3f}")
+    log(
+        f"exported to {out_dir}: val loss {val['loss']:.3f} (codes {val['code_loss']:.3f}), "
+        f"unconditional {val_uncond['loss']:.3f}"
+    )
     return meta

@@ -7,6 +7,7 @@ i.i.d. pixel noise: per-pixel noise would make neighbouring tokens independent g
 and make speculative Jacobi decoding unrealistically fast. Everything is a pure function of the
 numpy Generator, so `dataset(seed, n)` is reproducible.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -95,17 +96,27 @@ def _sample_background(rng: np.random.Generator, colour: str) -> Background:
     texture = names[int(rng.choice(len(names), p=weights / weights.sum()))]
     p: dict = {"contrast": float(rng.uniform(0.25, 0.45))}
     if texture == "striped":
-        p.update(theta=float(rng.uniform(0, np.pi)), freq=float(rng.uniform(2.0, 6.0)), phase=float(rng.uniform(0, 2 * np.pi)))
+        p.update(
+            theta=float(rng.uniform(0, np.pi)),
+            freq=float(rng.uniform(2.0, 6.0)),
+            phase=float(rng.uniform(0, 2 * np.pi)),
+        )
     elif texture == "wavy":
         p.update(
-            theta=float(rng.uniform(0, np.pi)), freq=float(rng.uniform(2.0, 5.0)), phase=float(rng.uniform(0, 2 * np.pi)),
-            warp_freq=float(rng.uniform(1.0, 3.0)), warp_amp=float(rng.uniform(0.5, 1.5)), warp_phase=float(rng.uniform(0, 2 * np.pi)),
+            theta=float(rng.uniform(0, np.pi)),
+            freq=float(rng.uniform(2.0, 5.0)),
+            phase=float(rng.uniform(0, 2 * np.pi)),
+            warp_freq=float(rng.uniform(1.0, 3.0)),
+            warp_amp=float(rng.uniform(0.5, 1.5)),
+            warp_phase=float(rng.uniform(0, 2 * np.pi)),
         )
     elif texture == "cloudy":
         n_modes = 6
         p.update(
-            kx=rng.uniform(-3.0, 3.0, n_modes).tolist(), ky=rng.uniform(-3.0, 3.0, n_modes).tolist(),
-            phase=rng.uniform(0, 2 * np.pi, n_modes).tolist(), amp=rng.uniform(0.3, 1.0, n_modes).tolist(),
+            kx=rng.uniform(-3.0, 3.0, n_modes).tolist(),
+            ky=rng.uniform(-3.0, 3.0, n_modes).tolist(),
+            phase=rng.uniform(0, 2 * np.pi, n_modes).tolist(),
+            amp=rng.uniform(0.3, 1.0, n_modes).tolist(),
         )
     else:  # gradient
         p.update(theta=float(rng.uniform(0, 2 * np.pi)), curve=float(rng.uniform(0.6, 1.6)))
@@ -143,9 +154,14 @@ def _draw_scene(rng: np.random.Generator) -> Scene:
             relation = _relation(cells[i - 1], cell)
         objects.append(
             Obj(
-                shape=SHAPES[int(rng.integers(len(SHAPES)))], colour=colour, size=size, cell=cell, centre=centre,
+                shape=SHAPES[int(rng.integers(len(SHAPES)))],
+                colour=colour,
+                size=size,
+                cell=cell,
+                centre=centre,
                 # upright: a rotated square is a diamond, and rotation multiplies the outlines to learn
-                angle=0.0, light=(float(np.sin(light_angle)), float(np.cos(light_angle))),
+                angle=0.0,
+                light=(float(np.sin(light_angle)), float(np.cos(light_angle))),
                 relation=relation,
             )
         )
@@ -234,12 +250,16 @@ def render(scene: Scene) -> np.ndarray:
     # mix the base colour towards a darker and a lighter tone of itself along the field
     dark, light = base * 0.45, base + (1.0 - base) * 0.5
     c = p["contrast"] * f
-    img = np.where(c[..., None] >= 0, base + c[..., None] * (light - base) / 0.45, base - c[..., None] * (dark - base) / 0.45)
+    img = np.where(
+        c[..., None] >= 0, base + c[..., None] * (light - base) / 0.45, base - c[..., None] * (dark - base) / 0.45
+    )
     img = img * (1.0 + shade[..., None])
     for o in scene.objects:  # later objects occlude earlier ones
         mask, (u, v) = _object_mask(o)
         # soft shadow offset down-right, then the shaded object
-        shadow, _ = _object_mask(Obj(o.shape, o.colour, o.size, o.cell, (o.centre[0] + 2, o.centre[1] + 2), o.angle, o.light))
+        shadow, _ = _object_mask(
+            Obj(o.shape, o.colour, o.size, o.cell, (o.centre[0] + 2, o.centre[1] + 2), o.angle, o.light)
+        )
         img[shadow & ~mask] *= 0.6
         lit = 1.0 + 0.22 * (o.light[0] * v + o.light[1] * u)
         col = np.array(COLOURS[o.colour])[None, :] * lit[mask][:, None]
