@@ -6,14 +6,21 @@ import this module; neither imports the other.
 Coordinates: the *generated segment* has positions 0..N-1 (everything after the prompt). The
 adapter describes it with a `SegmentLayout`: each position is either CONTENT (an image token at
 grid cell (row, col), sampled and verified) or FORCED (a structural token such as end-of-line,
-written in, never sampled). Batch size is 1 image; the conditional and unconditional CFG branches
-run as one batch of 2 and count as one function evaluation (NFE).
+written in, never sampled).
 
-The window forward takes explicit positions and a mask over the window's own slots, and the cache
-keeps any subset of a window's slots. A chain of drafts is the simplest case (positions
+Batches: one cache holds B *samples* (images decoded in lockstep); sample b is the model-batch rows
+2b (conditional) and 2b + 1 (unconditional), so the CFG pair of every sample runs inside one
+forward, and one forward over all samples counts as one function evaluation (NFE) for each of them.
+Samples are independent: each has its own prompt (left-padded into the cache's prompt region), its
+own committed tokens, and windows at its own positions. A sample that finishes leaves the batch
+(`retain`) or its slot is reused for the next prompt (`prefill` starts a sample afresh).
+
+The window forward takes explicit positions and a mask over each sample's own window slots, and the
+cache keeps any subset of a window's slots. A chain of drafts is the simplest case (positions
 n-1, n, ..., causal mask, keep a prefix); a draft tree (several slots share a position, each sees
 only its ancestors) and several image rows in flight (each row sees only its own drafts) use the
-same two calls.
+same two calls. Windows of different lengths in one batch are padded at the end by the loop: a
+padding slot's logits are never read and it is never committed.
 """
 
 from __future__ import annotations
@@ -99,46 +106,68 @@ class ImageARAdapter(Protocol):
     image_token_ids: torch.Tensor  # (K,) legal ids at content positions, in VQ-code order
     default_sampling: Sampling
     device: torch.device
+    dtype: torch.dtype  # of the logits the forward returns (float32; float64 where the model runs in it)
 
     def encode_prompt(self, text: str) -> PromptBatch: ...
 
-    def new_cache(self, prompt: PromptBatch, extra: int) -> Any:
-        """A cache for the prompt, the whole segment, and a window of up to `extra` slots."""
+    def new_cache(self, batch: int, prompt_len: int, window: int) -> Any:
+        """A cache for `batch` samples, prompts of up to `prompt_len` tokens (PromptBatch.length), the
+        whole segment, and windows of up to `window` slots. Every sample starts empty."""
         ...
 
-    def prefill(self, prompt: PromptBatch, cache: Any) -> torch.Tensor:
-        """Logits (2, V) predicting segment position 0 (row 0 = conditional, row 1 = unconditional)."""
+    def prefill(self, cache: Any, samples: list[int], prompts: list[PromptBatch]) -> torch.Tensor:
+        """Start samples[i] afresh with prompts[i] (whatever the sample held before is forgotten) and
+        run the prompts: logits (len(samples), 2, V) predicting segment position 0 of each sample."""
         ...
 
     def forward(
-        self, tokens: torch.Tensor, positions: torch.Tensor, cache: Any, mask: torch.Tensor | None = None
+        self,
+        cache: Any,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        horizon: int | None = None,
     ) -> torch.Tensor:
-        """One window forward: tokens (L,) at segment positions (L,) -> logits (2, L, V).
+        """One window forward for every sample in the cache: tokens (B, L) at segment positions
+        (B, L) -> logits (B, 2, L, V) in `dtype`.
 
-        Slot i sees every *committed* token at a segment position < positions[i] (the prompt
-        included) and the window slots j with mask[i, j] (L, L) bool; mask None is the causal chain
-        (slot i sees slots 0..i). Slot i's logits predict the token after it. The window's keys and
-        values are held until `commit`; nothing of the window is committed by the forward itself.
+        Slot (b, i) sees every *committed* token of sample b at a segment position < positions[b, i]
+        (its prompt included) and its window slots j with mask[b, i, j] (B, L, L) bool; mask None is
+        the causal chain (slot i sees slots 0..i). Slot i's logits predict the token after it. The
+        window's keys and values are held until `commit`; nothing is committed by the forward
+        itself. horizon (host int, optional): no slot sits at a position >= horizon, so committed
+        entries from there on need not be attended to (a cheaper forward; never needed for
+        correctness, and a compiled forward may ignore it to keep its shapes static).
         """
         ...
 
     def commit(self, cache: Any, slots: torch.Tensor) -> None:
-        """Keep the given slots (k,) of the last window as committed tokens, at their positions;
-        every other slot of that window is forgotten."""
+        """Keep the given slots (B, K) of the last window as committed tokens of each sample, at their
+        positions; entries < 0 pad rows of different lengths. Every other slot of that window is
+        forgotten."""
+        ...
+
+    def retain(self, cache: Any, samples: list[int]) -> None:
+        """The cache now holds only these samples, in this order (sample i of the cache is the old
+        samples[i]); the others leave the batch. Forwards after it take B = len(samples)."""
         ...
 
     def decode(self, tokens: torch.Tensor) -> np.ndarray:
         """Segment tokens (N,) -> uint8 image (H, W, 3)."""
         ...
 
+    # -- model data some decoding parts read (implemented once, for every model, by the models layer)
     def codebook(self) -> torch.Tensor:
         """VQ vectors (K, D) in code order (row k belongs to image_token_ids[k]); for LANTERN."""
         ...
 
     def token_embeddings(self) -> torch.Tensor:
-        """Input embeddings (V, D) of the language model; for GSD's grouping distance.
+        """Input embeddings (V, D) the language model gives each token id (rows of ids that are not
+        image tokens may be anything); for GSD's grouping distance."""
+        ...
 
-        An adapter may also set `gsd_d_thr` (float): GSD's squared-distance threshold in the units
-        of these embeddings, used when the GSD verifier's `d_thr` is null (default 0.5, the paper's).
-        """
+    @property
+    def gsd_d_thr(self) -> float:
+        """GSD's squared-distance threshold in the units of `token_embeddings` (the paper's 0.5 for
+        Lumina-mGPT-like models), used when the GSD verifier's `d_thr` is null."""
         ...
