@@ -35,10 +35,10 @@ from concurrent.futures import ProcessPoolExecutor
 import torch
 
 from sjdbench.config import compose_run, decoder_spec
-from sjdbench.datasets import load_prompts
+from sjdbench.data.prompts import load_prompts
 from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.models.registry import build_adapter
-from sjdbench.runner import resolve_sampling, sample_seed, synchronize
+from sjdbench.run.runner import resolve_sampling, sample_seed, synchronize
 
 PRESETS = [
     "jacobi",
@@ -76,7 +76,7 @@ def is_greedy(decoder: str) -> bool:
 
 
 def name_of(decoder: str) -> str:
-    from sjdbench.identity import label
+    from sjdbench.config.identity import label
 
     return label(compose_run(overrides_of(decoder)[1]))
 

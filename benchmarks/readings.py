@@ -177,9 +177,9 @@ TOY_RUNS = [
 
 def toy_part(prompts: int, window: int, results: str) -> None:
     from sjdbench.config import compose_run
-    from sjdbench.identity import label
+    from sjdbench.config.identity import label
     from sjdbench.models.registry import build_adapter
-    from sjdbench.runner import execute
+    from sjdbench.run.runner import execute
 
     base = ["model=toy", "data=toy", f"data.limit={prompts}", f"decoder.window={window}", f"results_dir={results}"]
     adapter = None

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from sjdbench.config import compose_run
-from sjdbench.evaluators.base import RunView
-from sjdbench.store import save_png
+from sjdbench.eval.evaluators.base import RunView
+from sjdbench.results.store import save_png
 
 FEATURE_DIM = 8
 
@@ -60,9 +60,9 @@ def synthetic_run(
     """A complete run on disk (config.yaml, env.json, samples.jsonl, summary.json) of constant
     images: image k has red channel indices[k]."""
     from sjdbench.config import to_yaml
-    from sjdbench.datasets import load_prompts
-    from sjdbench.evaluators.base import open_run
-    from sjdbench.store import append_jsonl
+    from sjdbench.data.prompts import load_prompts
+    from sjdbench.eval.evaluators.base import open_run
+    from sjdbench.results.store import append_jsonl
 
     run_dir = Path(root) / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)

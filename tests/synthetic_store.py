@@ -17,7 +17,7 @@ import yaml
 from PIL import Image
 
 from sjdbench.config import compose_run, decoder_spec
-from sjdbench.identity import family, label
+from sjdbench.config.identity import family, label
 
 AR_LATENCY = [1.0, 2.0, 1.5, 3.0, 2.5]  # per prompt (5 prompts, 1 sample each)
 ENV = {

@@ -11,9 +11,9 @@ import torch
 from PIL import Image
 
 from sjdbench.errors import UserError
-from sjdbench.evaluate import score_run
-from sjdbench.evaluators.clip_score import resolve_weights
-from sjdbench.evaluators.settings import compose_eval
+from sjdbench.eval.evaluators.clip_score import resolve_weights
+from sjdbench.eval.evaluators.settings import compose_eval
+from sjdbench.eval.score import score_run
 
 MODEL = "ViT-B-32-quickgelu"
 TINY = {
@@ -93,7 +93,7 @@ def test_lantern_scale_uses_the_prefix_and_the_raw_cosine(run, tiny_weights):
 
 
 def test_protocol_records_backbone_weights_transform_and_truncation(run, tiny_weights):
-    from sjdbench.evaluators.hashing import file_sha256
+    from sjdbench.eval.evaluators.hashing import file_sha256
 
     doc = score_run(run, "clip_score", settings(tiny_weights, "eval.clip.image_resize=bilinear299")).doc
     protocol = doc["protocol"]
@@ -133,7 +133,7 @@ def test_scoring_switches_the_hub_offline_even_after_it_was_imported(monkeypatch
 
     from huggingface_hub import constants
 
-    from sjdbench.evaluators.hashing import env_flag_offline
+    from sjdbench.eval.evaluators.hashing import env_flag_offline
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)

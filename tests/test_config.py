@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from sjdbench.config import available_groups, compose_run, decoder_spec, group_choices
+from sjdbench.config.identity import label, preset_spec, run_id_for
 from sjdbench.decoding.parts import KINDS, part_choices, part_yaml, resolve_part
 from sjdbench.errors import UserError
-from sjdbench.identity import label, preset_spec, run_id_for
 
 
 def run_id(*overrides: str) -> str:
@@ -186,7 +186,7 @@ def test_labels_name_the_knobs_that_differ_from_the_preset():
 
 
 def test_labels_distinguish_every_point_of_the_fusion_sweep():
-    from sjdbench.sweep import build_plan
+    from sjdbench.run.sweep import build_plan
 
     plan = build_plan(["+sweep=fusion", "model=debug", "data=smoke"], add_baselines=False)
     labels = [point.decoder_label for point in plan.points]
@@ -233,7 +233,7 @@ class ThresholdVerifier:
 
 def test_a_new_part_is_one_file_plus_one_yaml(tmp_path, monkeypatch):
     """A verifier written outside the package joins by one Python file and one YAML, and runs."""
-    from sjdbench.runner import execute
+    from sjdbench.run.runner import execute
 
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "threshold_rule.py").write_text(THROWAWAY)

@@ -16,7 +16,7 @@ import torch
 from typer.testing import CliRunner
 
 from sjdbench.cli import app
-from sjdbench.store import read_jsonl
+from sjdbench.results.store import read_jsonl
 
 runner = CliRunner()
 DEBUG = ["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "warmup=0", "data.limit=2"]
@@ -43,7 +43,7 @@ def nothing_written(tmp_path) -> bool:
 @pytest.fixture
 def no_model_loads(monkeypatch):
     """The checks must come before any model loads: loading fails the test."""
-    import sjdbench.runner as runner_module
+    import sjdbench.run.runner as runner_module
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a model was loaded before the input was checked")
@@ -135,7 +135,7 @@ def test_results_dir_that_is_a_file_or_under_one(tmp_path, no_model_loads):
 def test_read_only_results_dir_is_refused_before_loading(tmp_path, no_model_loads, monkeypatch):
     """As root, permissions do not stop writes (read-only mounts do), so access(2) is simulated here;
     the next test checks a real read-only folder where the user is not root."""
-    import sjdbench.store as store
+    import sjdbench.results.store as store
 
     monkeypatch.setattr(store, "_writable", lambda folder: False)
     one_line_error(run_cli(tmp_path), "is not writable")

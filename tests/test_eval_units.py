@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from sjdbench.evaluators.imaging import bilinear, centre_crop, for_inception, resize_for_clip
-from sjdbench.evaluators.toy import OBJECT_FIELDS, object_counts
-from sjdbench.metrics.bootstrap import bootstrap_ci, prompt_groups
+from sjdbench.eval.evaluators.imaging import bilinear, centre_crop, for_inception, resize_for_clip
+from sjdbench.eval.evaluators.toy import OBJECT_FIELDS, object_counts
+from sjdbench.eval.metrics.bootstrap import bootstrap_ci, prompt_groups
 from sjdbench.models.toy import world
 
 

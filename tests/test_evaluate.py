@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from sjdbench.cli import app
 from sjdbench.config import compose_run
-from sjdbench.evaluate import ar_run_id, score
-from sjdbench.evaluators.base import open_run
-from sjdbench.evaluators.settings import compose_eval
-from sjdbench.runner import execute
+from sjdbench.eval.evaluators.base import open_run
+from sjdbench.eval.evaluators.settings import compose_eval
+from sjdbench.eval.score import ar_run_id, score
+from sjdbench.run.runner import execute
 
 BASE = ["model=toy", "data=smoke", "data.limit=2", "warmup=0"]
 cli = CliRunner()

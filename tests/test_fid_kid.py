@@ -13,9 +13,9 @@ import torch
 from typer.testing import CliRunner
 
 from sjdbench.errors import UserError
-from sjdbench.evaluate import score_run
-from sjdbench.evaluators.inception import INCEPTION_FILE, inception_weights
-from sjdbench.evaluators.settings import compose_eval
+from sjdbench.eval.evaluators.inception import INCEPTION_FILE, inception_weights
+from sjdbench.eval.evaluators.settings import compose_eval
+from sjdbench.eval.score import score_run
 
 GENERATED = [3, 17, 42, 5, 99, 123, 7, 64, 200, 11]
 REFERENCE = [1, 2, 30, 44, 150, 151, 9, 77, 250, 13, 19, 88]
@@ -182,7 +182,7 @@ def random_inception(tmp_path_factory):
 def test_real_inception_path_matches_torchmetrics_on_random_weights(tmp_path, random_inception):
     from torchmetrics.image.fid import FrechetInceptionDistance
 
-    from sjdbench.evaluators.imaging import for_inception
+    from sjdbench.eval.evaluators.imaging import for_inception
 
     rng = np.random.default_rng(0)
     generated = [rng.integers(0, 256, (64, 64, 3), dtype=np.uint8) for _ in range(4)]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from sjdbench.metrics.frechet import frechet_distance, frechet_distance_from_stats, gaussian_stats
+from sjdbench.eval.metrics.frechet import frechet_distance, frechet_distance_from_stats, gaussian_stats
 
 
 def test_closed_form_for_commuting_covariances():

@@ -2,7 +2,7 @@
 
 import torch
 
-from sjdbench import machine
+from sjdbench.run import machine
 
 
 def test_busy_means_more_load_than_cores():
@@ -29,7 +29,7 @@ def test_default_threads_one_on_cpu_unless_asked(monkeypatch):
 
 def test_a_run_applies_its_thread_count(tmp_path, monkeypatch):
     from sjdbench.config import compose_run
-    from sjdbench.runner import execute
+    from sjdbench.run.runner import execute
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
@@ -47,7 +47,7 @@ def test_a_run_applies_its_thread_count(tmp_path, monkeypatch):
                 ]
             )
         )
-        from sjdbench.store import RunStore
+        from sjdbench.results.store import RunStore
 
         (row,) = RunStore(tmp_path, outcome.run_id).rows()
         assert row["machine"]["torch_threads"] == 2

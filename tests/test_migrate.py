@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 from sjdbench.config import compose_run
-from sjdbench.migrate import legacy_runs, migrate_store
-from sjdbench.runner import execute, plan
+from sjdbench.config.migrate import legacy_runs, migrate_store
+from sjdbench.run.runner import execute, plan
 
 FIXTURE = Path(__file__).parent / "data" / "legacy_run"
 OLD_ID = "debug-lantern-e8cd28f3363f"

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from sjdbench.config import compose_run, decoder_spec
+from sjdbench.config.identity import label, run_id_for
 from sjdbench.decoding.loop import Decoder, jacobi_decode
 from sjdbench.decoding.parts import Carried, ProposalContext, resolve_part
 from sjdbench.decoding.proposals.coupled import CoupledProposal
@@ -23,7 +24,6 @@ from sjdbench.decoding.verifiers.exact import ExactVerifier
 from sjdbench.decoding.verifiers.gsd import GSDVerifier
 from sjdbench.decoding.verifiers.lantern import LanternVerifier, neighbour_table
 from sjdbench.errors import UserError
-from sjdbench.identity import label, run_id_for
 from sjdbench.models.debug import build_debug_adapter
 
 OPEN = dict(p_thr=1.1, d_thr=1e9)  # filters that let every candidate through

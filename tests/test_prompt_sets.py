@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from sjdbench.config import compose_run
-from sjdbench.datasets import Prompt, load_prompts
+from sjdbench.data import coco, fetch, parti
+from sjdbench.data.prompts import Prompt, load_prompts
 from sjdbench.errors import UserError
-from sjdbench.prompt_sets import coco, fetch, parti
 
 DATA = Path(__file__).parent / "data" / "eval"
 

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 from sjdbench.cli import app
 from sjdbench.config import compose_run
 from sjdbench.report.draft_traces import record_run
-from sjdbench.runner import execute
-from sjdbench.store import RunStore
+from sjdbench.results.store import RunStore
+from sjdbench.run.runner import execute
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from synthetic_store import make_store, write_score
 
 from sjdbench.report import figures as figs
 from sjdbench.report.build import build_report, collect
-from sjdbench.report.select import parse_filters
 from sjdbench.report.tables import main_table, quality_metrics, with_numbers
+from sjdbench.results.select import parse_filters
 
 
 @pytest.fixture(scope="module")

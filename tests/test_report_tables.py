@@ -25,11 +25,11 @@ from synthetic_store import (
 from sjdbench.config import compose_run, decoder_spec
 from sjdbench.errors import UserError
 from sjdbench.report.build import build_report
-from sjdbench.report.load import load_runs
-from sjdbench.report.pairing import geometric_mean_ci
-from sjdbench.report.select import parse_filters, select_runs
-from sjdbench.report.spec import is_lossless
 from sjdbench.report.tables import Metric, Table
+from sjdbench.results.decoders import is_lossless
+from sjdbench.results.pairing import geometric_mean_ci
+from sjdbench.results.runs import load_runs
+from sjdbench.results.select import parse_filters, select_runs
 
 
 @pytest.fixture

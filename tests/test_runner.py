@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from sjdbench.config import compose_run
-from sjdbench.runner import execute
-from sjdbench.store import RunStore, append_jsonl, read_jsonl
+from sjdbench.results.store import RunStore, append_jsonl, read_jsonl
+from sjdbench.run.runner import execute
 
 SMALL = ["model=debug", "model.options.grid_h=4", "model.options.grid_w=4", "data=smoke", "warmup=0"]
 
@@ -127,7 +127,7 @@ def test_kill_during_run_then_resume(tmp_path):
 
 
 def test_prompt_files(tmp_path):
-    from sjdbench.datasets import load_prompts
+    from sjdbench.data.prompts import load_prompts
     from sjdbench.errors import UserError
 
     tsv = tmp_path / "parti.tsv"
@@ -145,7 +145,7 @@ def test_prompt_files(tmp_path):
 
 
 def test_load_runs_collects_summaries(tmp_path):
-    from sjdbench.store import load_runs
+    from sjdbench.results.store import load_runs
 
     execute(config(tmp_path, "data.limit=1"))
     execute(config(tmp_path, "data.limit=1", "decoder=ar"))
@@ -159,7 +159,7 @@ def test_retrained_weights_get_a_new_run_id(tmp_path):
     import shutil
 
     from sjdbench.models.toy.model import META_FILE, WEIGHTS_DIR
-    from sjdbench.runner import plan
+    from sjdbench.run.runner import plan
 
     copy = tmp_path / "weights"
     shutil.copytree(WEIGHTS_DIR, copy)

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from sjdbench.cli import app
 from sjdbench.config import compose_run
-from sjdbench.runner import execute, preflight
-from sjdbench.store import append_jsonl, read_jsonl, truncate_torn_tail
+from sjdbench.results.store import append_jsonl, read_jsonl, truncate_torn_tail
+from sjdbench.run.runner import execute, preflight
 
 runner = CliRunner()
 SMALL = ["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "warmup=0", "save_images=false"]
@@ -108,7 +108,7 @@ def test_two_concurrent_runs_of_one_run_id_do_not_corrupt_it(tmp_path):
 
 @pytest.mark.parametrize("where", ["env.json", "summary.json", "store.json"])
 def test_a_store_written_by_a_newer_sjdbench_is_refused(tmp_path, where):
-    from sjdbench.identity import SCHEMA
+    from sjdbench.config.identity import SCHEMA
 
     outcome = execute(config(tmp_path, "data.limit=1"))
     target = tmp_path / "store.json" if where == "store.json" else Path(outcome.run_dir) / where
@@ -124,7 +124,7 @@ def test_a_store_written_by_a_newer_sjdbench_is_refused(tmp_path, where):
 
 
 def test_schema_is_recorded_everywhere(tmp_path):
-    from sjdbench.identity import SCHEMA
+    from sjdbench.config.identity import SCHEMA
 
     outcome = execute(config(tmp_path, "data.limit=1"))
     run = Path(outcome.run_dir)
@@ -133,7 +133,7 @@ def test_schema_is_recorded_everywhere(tmp_path):
 
 
 def test_disk_full_is_one_line_and_the_rows_so_far_survive(tmp_path, monkeypatch):
-    import sjdbench.store as store
+    import sjdbench.results.store as store
 
     real = store._write_all
     calls = {"n": 0}

@@ -9,9 +9,9 @@ import yaml
 
 from sjdbench.config import compose_run
 from sjdbench.errors import UserError
-from sjdbench.runner import execute
-from sjdbench.store import RunStore, read_jsonl
-from sjdbench.sweep import build_plan, execute_sweep, latency_comparisons, parse_words, run_status
+from sjdbench.results.store import RunStore, read_jsonl
+from sjdbench.run.runner import execute
+from sjdbench.run.sweep import build_plan, execute_sweep, latency_comparisons, parse_words, run_status
 
 SMALL = ["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "warmup=0", "save_images=false"]
 
@@ -84,7 +84,7 @@ def test_interrupted_sweep_resumes_losing_and_repeating_nothing(tmp_path):
 
 @pytest.mark.parametrize("timing", ["single", "paired"])
 def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, timing):
-    from sjdbench.runner import RunWriter
+    from sjdbench.run.runner import RunWriter
 
     plan = build_plan(words(tmp_path, "decoder=sjd,sjd_vp", "decoder.window=2"))
     real = RunWriter.decode
@@ -199,7 +199,7 @@ def test_submitit_without_slurm_refuses_in_one_line(tmp_path, monkeypatch):
 
 
 def test_slurm_that_does_not_answer_or_lacks_the_partition_is_refused(tmp_path, monkeypatch):
-    from sjdbench.sweep import check_slurm
+    from sjdbench.run.sweep import check_slurm
 
     monkeypatch.setenv("PATH", fake_slurm(tmp_path / "down", sinfo_code=1))
     with pytest.raises(UserError, match=r"Slurm does not answer \(sinfo: slurm_load_partitions: Unable to contact"):
@@ -212,7 +212,7 @@ def test_slurm_that_does_not_answer_or_lacks_the_partition_is_refused(tmp_path, 
 
 def test_partition_and_gpu_count_reach_the_slurm_job(tmp_path, monkeypatch):
     pytest.importorskip("submitit")
-    from sjdbench.sweep import submitit_executor
+    from sjdbench.run.sweep import submitit_executor
 
     monkeypatch.setenv("PATH", fake_slurm(tmp_path / "bin"))
     executor = submitit_executor(
@@ -236,7 +236,7 @@ def test_partition_and_gpu_count_reach_the_slurm_job(tmp_path, monkeypatch):
 
 def test_submitit_local_jobs_get_the_gpu_count_and_refuse_a_partition(tmp_path):
     pytest.importorskip("submitit")
-    from sjdbench.sweep import submitit_executor
+    from sjdbench.run.sweep import submitit_executor
 
     local = submitit_executor(tmp_path, "local", {"gpus_per_task": 2, "timeout_min": 5})
     assert local.cluster == "local" and local._executor.parameters["gpus_per_node"] == 2  # -> CUDA_VISIBLE_DEVICES=0,1
@@ -277,7 +277,7 @@ def test_ray_executor_runs_the_sweep(tmp_path):
 
 
 def test_paired_timing_interleaves_ar_and_each_decoder_prompt_by_prompt(tmp_path, monkeypatch):
-    from sjdbench.runner import RunWriter
+    from sjdbench.run.runner import RunWriter
 
     order = []
     real = RunWriter.decode
@@ -323,7 +323,7 @@ def test_slurm_jobs_resolve_the_device_as_their_gpu_nodes_will(tmp_path):
     planned run ids are those the jobs will write, and the jobs are told the device explicitly."""
     import torch
 
-    from sjdbench.identity import run_id_for
+    from sjdbench.config.identity import run_id_for
 
     plan = build_plan(words(tmp_path, "decoder=sjd"), remote_gpus=1)
     for point in plan.points:
@@ -340,6 +340,6 @@ def test_slurm_jobs_resolve_the_device_as_their_gpu_nodes_will(tmp_path):
 
 
 def plan_sha(point) -> str:
-    from sjdbench.datasets import load_prompt_set
+    from sjdbench.data.prompts import load_prompt_set
 
     return load_prompt_set(point.config.data).sha

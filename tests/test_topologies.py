@@ -462,7 +462,7 @@ def test_presets_run_on_the_toy_and_debug_models(debug, toy):
 
 
 def test_topology_is_a_part_choice_and_the_chain_keeps_run_ids():
-    from sjdbench.identity import label, run_id_for
+    from sjdbench.config.identity import label, run_id_for
 
     sjd = decoder_spec(compose_run(["decoder=sjd"]))
     assert sjd.topology.name == "chain" and "topology" not in sjd.identity()

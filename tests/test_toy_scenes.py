@@ -4,7 +4,7 @@ their posterior under the world's layout process, and reference renders are repr
 import numpy as np
 import pytest
 
-from sjdbench.evaluators.toy_scenes import (
+from sjdbench.eval.evaluators.toy_scenes import (
     NotAToyCaption,
     parse_caption,
     reference_renders,

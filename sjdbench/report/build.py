@@ -22,11 +22,8 @@ import pandas as pd
 from sjdbench.errors import UserError
 from sjdbench.report import figures as figs
 from sjdbench.report.html import FigureEntry, Section, page
-from sjdbench.report.load import USABLE, load_runs, load_samples, load_scores
-from sjdbench.report.pairing import pair_all
 from sjdbench.report.provenance import mixing_warnings, notes, timing_warnings, unused_runs
 from sjdbench.report.render import to_csv, to_latex, to_markdown
-from sjdbench.report.select import Filters, parse_filters, select_runs
 from sjdbench.report.tables import (
     Table,
     ablation_tables,
@@ -38,7 +35,10 @@ from sjdbench.report.tables import (
     slug,
     with_numbers,
 )
-from sjdbench.store import atomic_write_bytes, atomic_write_json, atomic_write_text
+from sjdbench.results.pairing import pair_all
+from sjdbench.results.runs import USABLE, load_runs, load_samples, load_scores
+from sjdbench.results.select import Filters, parse_filters, select_runs
+from sjdbench.results.store import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 LOSSLESS_NOTE = (
     "lossless: every part of the decoder claims to keep AR's distribution with the knobs it was given "

@@ -26,8 +26,8 @@ import torch
 
 from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.errors import UserError
-from sjdbench.report.load import DRAFT_TRACES
-from sjdbench.store import RunStore, atomic_write_text
+from sjdbench.results.runs import DRAFT_TRACES
+from sjdbench.results.store import RunStore, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 def _run_config(run_dir: Path):
     from omegaconf import OmegaConf
 
-    from sjdbench.config import to_run_config
+    from sjdbench.config.schema import to_run_config
 
     return to_run_config(OmegaConf.load(run_dir / "config.yaml"))
 
@@ -45,9 +45,9 @@ def record_run(run_dir: Path, prompts: int, progress: Callable[[str], None] | No
 
     Refuses (UserError, one line) when today's code would not rebuild the run's decoder, weights or
     sampling, or when the run's device is not available here."""
-    from sjdbench.config import decoder_spec
+    from sjdbench.config.schema import decoder_spec
     from sjdbench.models.registry import build_adapter, weights_fingerprint
-    from sjdbench.runner import resolve_sampling
+    from sjdbench.run.runner import resolve_sampling
 
     run_dir = Path(run_dir)
     env = json.loads((run_dir / "env.json").read_text())

@@ -22,8 +22,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from sjdbench.report.load import load_draft_traces  # noqa: E402
-from sjdbench.store import atomic_write_bytes  # noqa: E402
+from sjdbench.results.runs import load_draft_traces  # noqa: E402
+from sjdbench.results.store import atomic_write_bytes  # noqa: E402
 
 TRACE_DEPTH = 8  # iterations before verification shown in trajectory plots
 MIN_TRACES = 5  # fewer drafts than this at an iteration: not drawn (quartiles of 3 points mislead)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sjdbench.report.load import USABLE
-from sjdbench.report.pairing import BOOTSTRAP_RESAMPLES
+from sjdbench.results.pairing import BOOTSTRAP_RESAMPLES
+from sjdbench.results.runs import USABLE
 
 
 def _values(runs: pd.DataFrame, column: str) -> list[str]:

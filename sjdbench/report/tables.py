@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sjdbench.report.pairing import find_baseline, geometric_mean_ci, per_prompt_ratios
-from sjdbench.report.spec import setting_name
+from sjdbench.results.decoders import setting_name
+from sjdbench.results.pairing import find_baseline, geometric_mean_ci, per_prompt_ratios
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@
   (or colour) swapped? This asks whether the *captioned objects* are drawn, not only the background;
 - a captioned grid of AR samples.
 
-Every sample is decoded by the runner (`sjdbench.runner.execute`), like any `sjdbench run`: the
+Every sample is decoded by the runner (`sjdbench.run.runner.execute`), like any `sjdbench run`: the
 calibration's AR and SJD runs are ordinary, resumable runs in a results store (by default
 `$SJDBENCH_CACHE/toy-calibration`; `sjdbench toy calibrate --results-dir results` keeps them with your
 other runs, where `sjdbench eval` can score them). The held-out captions are written once to a
@@ -41,7 +41,7 @@ def held_out(n: int) -> tuple[np.ndarray, list[str]]:
 def held_out_prompt_file() -> Path:
     """The first N_HELD_OUT held-out captions as a prompt file (written once, in the cache)."""
     from sjdbench.paths import cache_dir
-    from sjdbench.store import atomic_write_text
+    from sjdbench.results.store import atomic_write_text
 
     path = cache_dir() / "toy" / f"heldout-{HELD_OUT_SEED}-{N_HELD_OUT}.txt"
     if not path.exists():
@@ -74,8 +74,8 @@ def adapter_options(adapter) -> dict:
 def decode_held_out(adapter, n: int, decoder: list[str], results_dir=None) -> list[dict]:
     """Rows of the first n held-out captions decoded by the runner with this adapter and decoder."""
     from sjdbench.config import compose_run
-    from sjdbench.runner import execute
-    from sjdbench.store import RunStore
+    from sjdbench.results.store import RunStore
+    from sjdbench.run.runner import execute
 
     options = [f"model.options.{k}={v}" for k, v in adapter_options(adapter).items()]
     config = compose_run(
@@ -213,7 +213,7 @@ def fd_calibration(clip, sets: dict[str, np.ndarray], n_reference: int = 1024) -
     The renders of the same captions give the floor at this set size (FD is biased upwards at
     small N), so compare the AR figure with it, not with zero.
     """
-    from sjdbench.metrics.frechet import frechet_distance
+    from sjdbench.eval.metrics.frechet import frechet_distance
 
     reference, _ = render_batch(FD_REFERENCE_SEED, 0, n_reference)
     ref_features = clip.image_features(reference)

@@ -25,7 +25,7 @@ def reference_path(kind: str, protocol: dict) -> Path:
 
 def cached_reference(kind: str, protocol: dict, compute: Callable[[], np.ndarray]) -> np.ndarray:
     """compute() once per protocol; later calls read the identical array back from the cache."""
-    from sjdbench.store import atomic_write_bytes
+    from sjdbench.results.store import atomic_write_bytes
 
     path = reference_path(kind, protocol)
     if path.exists():

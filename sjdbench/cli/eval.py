@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sjdbench.errors import UserError
-from sjdbench.store import holds_final_samples
+from sjdbench.results.store import holds_final_samples
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
@@ -204,7 +204,7 @@ def outcome_table(outcomes) -> Table:
 
 def latest_score(run: Path, evaluator: str) -> dict | None:
     """The most recently written score of this evaluator for a run (any protocol)."""
-    from sjdbench.evaluators.scorefile import read_score
+    from sjdbench.eval.evaluators.scorefile import read_score
 
     folder = run / "scores"
     files = sorted(folder.glob(f"{evaluator}-*.json"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
@@ -290,9 +290,9 @@ def eval_command(
     """Score finished runs: toy CLIP/FD/objects (model=toy), CLIP-Score, FID, KID; resumable."""
     from omegaconf import OmegaConf
 
-    from sjdbench.evaluate import score
-    from sjdbench.evaluators.hashing import env_flag_offline
-    from sjdbench.evaluators.settings import compose_eval
+    from sjdbench.eval.evaluators.hashing import env_flag_offline
+    from sjdbench.eval.evaluators.settings import compose_eval
+    from sjdbench.eval.score import score
 
     env_flag_offline()  # before anything imports huggingface_hub
     words = targets or []
@@ -334,9 +334,9 @@ def _report(outcome) -> None:
 @data_app.command("fetch")
 def fetch_command(name: str = typer.Argument(..., help="parti | coco2014_30k")) -> None:
     """Download a public prompt file into the cache, verifying its pinned sha256."""
-    from sjdbench.prompt_sets.coco import COCO2014_30K
-    from sjdbench.prompt_sets.fetch import fetch
-    from sjdbench.prompt_sets.parti import PARTI
+    from sjdbench.data.coco import COCO2014_30K
+    from sjdbench.data.fetch import fetch
+    from sjdbench.data.parti import PARTI
 
     remotes = {"parti": PARTI, "coco2014_30k": COCO2014_30K}
     try:
@@ -358,8 +358,8 @@ class SweepScorer:
     once every run is done. Adds the AR run at seed + eval.floor_seed_offset that the floor needs."""
 
     def __init__(self, sweep, eval_words: list[str]) -> None:
-        from sjdbench.evaluators.hashing import env_flag_offline
-        from sjdbench.evaluators.settings import compose_eval
+        from sjdbench.eval.evaluators.hashing import env_flag_offline
+        from sjdbench.eval.evaluators.settings import compose_eval
 
         env_flag_offline()
         self.config = compose_eval(eval_words)
@@ -376,7 +376,7 @@ class SweepScorer:
         self._score([self._root() / "runs" / result.run_id])
 
     def _score(self, run_dirs: list[Path]) -> list:
-        from sjdbench.evaluate import score
+        from sjdbench.eval.score import score
 
         try:
             outcomes = score(run_dirs, self.config, on_outcome=lambda o: o.status == "refused" and _report(o))
@@ -402,9 +402,9 @@ class SweepScorer:
 
 def with_noise_floor_runs(sweep, seed_offset: int):
     """The sweep plus, for each AR run in it, the AR run at seed + seed_offset (same everything else)."""
-    from sjdbench.config import compose_run, decoder_spec
-    from sjdbench.runner import plan as plan_run
-    from sjdbench.sweep import GridPoint, sweep_identity
+    from sjdbench.config.schema import compose_run, decoder_spec
+    from sjdbench.run.runner import plan as plan_run
+    from sjdbench.run.sweep import GridPoint, sweep_identity
 
     points = list(sweep.points)
     seen = {(p.run_id, p.config.data.shard) for p in points}

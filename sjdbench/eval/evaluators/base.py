@@ -77,9 +77,9 @@ def open_run(run_dir: Path) -> RunView:
 
     from omegaconf import OmegaConf
 
-    from sjdbench.config import RunConfig
-    from sjdbench.datasets import load_prompts
-    from sjdbench.store import RunStore, holds_final_samples
+    from sjdbench.config.schema import RunConfig
+    from sjdbench.data.prompts import load_prompts
+    from sjdbench.results.store import RunStore, holds_final_samples
 
     run_dir = Path(run_dir)
     summary_path, config_path = run_dir / "summary.json", run_dir / "config.yaml"

@@ -21,11 +21,19 @@ from typing import Any
 
 import yaml
 
-from sjdbench.config import DataConfig, DecoderConfig, ModelConfig, RunConfig, SamplingOverrides, to_yaml, validate
+from sjdbench.config.identity import SCHEMA, family, label, run_id_for
+from sjdbench.config.schema import (
+    DataConfig,
+    DecoderConfig,
+    ModelConfig,
+    RunConfig,
+    SamplingOverrides,
+    to_yaml,
+    validate,
+)
 from sjdbench.decoding.verifiers.lantern import LEGACY_ZERO_ON
 from sjdbench.errors import UserError
-from sjdbench.identity import SCHEMA, family, label, run_id_for
-from sjdbench.store import atomic_write_json, atomic_write_text
+from sjdbench.results.store import atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +122,7 @@ def migrate_run(run_dir: Path, dry_run: bool = False) -> Migration:
         return Migration(run_dir.name, new_id, "exists (left alone)")
     if dry_run:
         return Migration(run_dir.name, new_id, "would move")
-    from sjdbench.config import decoder_spec
+    from sjdbench.config.schema import decoder_spec
 
     spec = decoder_spec(config)
     run_dir.rename(target)  # first: a run interrupted after this is found again under its new name

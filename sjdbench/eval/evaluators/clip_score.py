@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from sjdbench.errors import UserError
-from sjdbench.evaluators.base import Sample, SampleMetric
-from sjdbench.evaluators.hashing import env_flag_offline, file_sha256
-from sjdbench.evaluators.imaging import resize_for_clip
+from sjdbench.eval.evaluators.base import Sample, SampleMetric
+from sjdbench.eval.evaluators.hashing import env_flag_offline, file_sha256
+from sjdbench.eval.evaluators.imaging import resize_for_clip
 
 SCALES = {"100max0": "100 * max(cos, 0) per sample", "cosine": "raw cosine per sample"}
 

@@ -28,7 +28,8 @@ from typing import Any, Optional
 import torch
 
 from sjdbench.adapter import Sampling
-from sjdbench.config import (
+from sjdbench.config.identity import SCHEMA, family, label, run_id_for
+from sjdbench.config.schema import (
     RunConfig,
     check_sampling,
     decoder_spec,
@@ -36,12 +37,10 @@ from sjdbench.config import (
     results_root,
     to_yaml,
 )
-from sjdbench.datasets import Prompt, load_prompt_set
+from sjdbench.data.prompts import Prompt, load_prompt_set
 from sjdbench.decoding.build import resolved_settings
 from sjdbench.decoding.loop import Decoder, DecodeResult, jacobi_decode
 from sjdbench.errors import Interrupted, NonFiniteLogits
-from sjdbench.identity import SCHEMA, family, label, run_id_for
-from sjdbench.machine import apply_threads, load_1m, snapshot
 from sjdbench.models.registry import (
     build_adapter,
     check_options,
@@ -51,8 +50,9 @@ from sjdbench.models.registry import (
     verify_weights,
     weights_fingerprint,
 )
-from sjdbench.store import RunStore, StoreError, check_results_root, environment, save_png
-from sjdbench.summary import summarize
+from sjdbench.results.store import RunStore, StoreError, check_results_root, environment, save_png
+from sjdbench.results.summary import summarize
+from sjdbench.run.machine import apply_threads, load_1m, snapshot
 
 log = logging.getLogger(__name__)
 

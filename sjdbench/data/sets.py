@@ -4,7 +4,7 @@
 references can be built from a run alone.
 
 `load_prompt_set(data)` returns None for names that are not one of these sets (shipped `.txt`
-sets and user files are read by `sjdbench.datasets`).
+sets and user files are read by `sjdbench.data.prompts`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ Entry = tuple[str, dict[str, Any]]  # (prompt text, metadata)
 
 
 def _loaders() -> dict[str, Callable[[Any], list[Entry]]]:
-    from sjdbench.prompt_sets import coco, parti
+    from sjdbench.data import coco, parti
 
     return {"parti": parti.load, "coco2017": coco.load_coco2017, "coco2014_30k": coco.load_coco2014_30k}
 

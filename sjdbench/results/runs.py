@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sjdbench.report.spec import flatten_spec, is_ar, is_greedy, is_lossless, part_chain
-from sjdbench.store import RunStore, read_jsonl
+from sjdbench.results.decoders import flatten_spec, is_ar, is_greedy, is_lossless, part_chain
+from sjdbench.results.store import RunStore, read_jsonl
 
 log = logging.getLogger(__name__)
 

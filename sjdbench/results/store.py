@@ -45,7 +45,7 @@ class StoreError(UserError):
 
 
 def _schema() -> int:
-    from sjdbench.identity import SCHEMA
+    from sjdbench.config.identity import SCHEMA
 
     return SCHEMA
 
@@ -356,7 +356,7 @@ def git_commit() -> str | None:
 def environment(device: str, dtype: str = "float32") -> dict:
     import torch
 
-    from sjdbench.machine import cpu_model, cpus_available, gpu_model
+    from sjdbench.run.machine import cpu_model, cpus_available, gpu_model
 
     info = {
         "python": sys.version.split()[0],

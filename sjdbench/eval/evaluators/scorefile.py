@@ -38,7 +38,7 @@ def read_score(path: Path) -> dict | None:
 
 
 def write_score(path: Path, doc: dict) -> None:
-    from sjdbench.store import atomic_write_json
+    from sjdbench.results.store import atomic_write_json
 
     atomic_write_json(path, doc)
 

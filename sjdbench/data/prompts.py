@@ -99,7 +99,7 @@ class PromptSet:
 
 def load_prompt_set(data) -> PromptSet:
     """The selection (limit first, then shard), the whole set's hash and size."""
-    from sjdbench.prompt_sets import load_prompt_set as load_named_set
+    from sjdbench.data.sets import load_prompt_set as load_named_set
 
     entries = load_named_set(data)  # parti, coco2017, coco2014_30k: verbatim, with metadata
     if entries is None:

@@ -29,11 +29,11 @@ from typing import Callable, Optional
 import numpy as np
 
 from sjdbench.errors import UserError
-from sjdbench.evaluators import COCO, EVALUATORS, TOY, evaluator_class
-from sjdbench.evaluators.base import Evaluator, Refused, RunView, SetMetric, open_run
-from sjdbench.evaluators.scorefile import SCHEMA, protocol_hash, read_score, score_path, write_score
-from sjdbench.evaluators.settings import EvalConfig
-from sjdbench.metrics.bootstrap import bootstrap_ci, prompt_groups
+from sjdbench.eval.evaluators import COCO, EVALUATORS, TOY, evaluator_class
+from sjdbench.eval.evaluators.base import Evaluator, Refused, RunView, SetMetric, open_run
+from sjdbench.eval.evaluators.scorefile import SCHEMA, protocol_hash, read_score, score_path, write_score
+from sjdbench.eval.evaluators.settings import EvalConfig
+from sjdbench.eval.metrics.bootstrap import bootstrap_ci, prompt_groups
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def evaluators_for(run: RunView, config: EvalConfig) -> list[str]:
 def library_versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
-    from sjdbench.store import git_commit
+    from sjdbench.results.store import git_commit
 
     out = {}
     for package in ("torch", "numpy", "scipy", "torchmetrics", "torch-fidelity", "open_clip_torch", "pillow"):
@@ -86,7 +86,7 @@ def _cache_file(run: RunView, evaluator: Evaluator) -> Path:
 def cached_vectors(evaluator: Evaluator, run: RunView, keys: np.ndarray) -> np.ndarray:
     """(len(keys), D) vectors of the run's samples with these (prompt_id, sample) keys, measuring
     only the samples not cached yet (the cache is rewritten atomically)."""
-    from sjdbench.store import atomic_write_bytes
+    from sjdbench.results.store import atomic_write_bytes
 
     path = _cache_file(run, evaluator)
     known: dict[tuple[int, int], np.ndarray] = {}
@@ -113,7 +113,7 @@ def cached_vectors(evaluator: Evaluator, run: RunView, keys: np.ndarray) -> np.n
 def ar_run_id(run: RunView, seed_offset: int = 0) -> str:
     """Run id of the AR run with this run's model, data, sampling, samples per prompt and device,
     at seed + seed_offset (the same id `sjdbench run decoder=ar` or a sweep's baseline gets)."""
-    from sjdbench.identity import run_id_for
+    from sjdbench.config.identity import run_id_for
 
     ar = dataclasses.replace(run.config, decoder=_ar_decoder(), seed=run.config.seed + seed_offset)
     device_type = str(run.env.get("device", "cpu")).split(":")[0]
@@ -122,7 +122,7 @@ def ar_run_id(run: RunView, seed_offset: int = 0) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _ar_decoder():
-    from sjdbench.config import compose_run
+    from sjdbench.config.schema import compose_run
 
     return compose_run(["decoder=ar"]).decoder
 
@@ -368,7 +368,7 @@ def score(
     run_dirs: list[Path], config: EvalConfig, on_outcome: Callable[[ScoreOutcome], None] | None = None
 ) -> list[ScoreOutcome]:
     """Score every run with its evaluators; AR runs first, so decoder runs find their comparisons."""
-    from sjdbench.evaluators.hashing import env_flag_offline
+    from sjdbench.eval.evaluators.hashing import env_flag_offline
 
     env_flag_offline()
     _OPENED.clear()

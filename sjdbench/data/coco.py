@@ -23,8 +23,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sjdbench.data.fetch import RemoteFile, resolve
 from sjdbench.errors import UserError
-from sjdbench.prompt_sets.fetch import RemoteFile, resolve
 
 SELECTIONS = ("longest", "first", "sjd_legacy")
 ANNOTATIONS_URL = "http://images.cocodataset.org/annotations/annotations_trainval2017.zip"

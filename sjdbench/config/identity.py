@@ -20,7 +20,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from sjdbench.config import RunConfig, compose_run, decoder_spec, group_choices
+from sjdbench.config.schema import RunConfig, compose_run, decoder_spec, group_choices
 from sjdbench.decoding.build import DecoderSpec
 from sjdbench.decoding.parts import KINDS
 

@@ -78,7 +78,7 @@ def compose_eval(overrides: list[str]) -> EvalConfig:
     """Compose `conf/evaluate.yaml` with `eval=<preset>` and `eval.*` overrides into an EvalConfig."""
     from hydra.core.config_store import ConfigStore
 
-    from sjdbench.config import compose_raw
+    from sjdbench.config.schema import compose_raw
 
     # the typed schema is the first default of evaluate.yaml, so every eval.* key exists at compose time
     ConfigStore.instance().store(name="sjdbench_eval_schema", node={"eval": EvalConfig})
@@ -99,7 +99,7 @@ def compose_eval(overrides: list[str]) -> EvalConfig:
 
 
 def validate(config: EvalConfig) -> None:
-    from sjdbench.evaluators import EVALUATORS
+    from sjdbench.eval.evaluators import EVALUATORS
 
     for name in config.evaluators or []:
         if name not in EVALUATORS:

@@ -28,7 +28,7 @@ def _load_memo() -> dict:
 
 
 def file_sha256(path: Path) -> str:
-    from sjdbench.store import atomic_write_json
+    from sjdbench.results.store import atomic_write_json
 
     path = Path(path).resolve()
     stat = path.stat()

@@ -12,12 +12,12 @@ from __future__ import annotations
 import importlib
 
 EVALUATORS = {
-    "toy_clip": "sjdbench.evaluators.toy:ToyClipScore",
-    "toy_fd": "sjdbench.evaluators.toy:ToyFrechet",
-    "toy_objects": "sjdbench.evaluators.toy:ToyObjects",
-    "clip_score": "sjdbench.evaluators.clip_score:ClipScore",
-    "fid": "sjdbench.evaluators.inception:Fid",
-    "kid": "sjdbench.evaluators.inception:Kid",
+    "toy_clip": "sjdbench.eval.evaluators.toy:ToyClipScore",
+    "toy_fd": "sjdbench.eval.evaluators.toy:ToyFrechet",
+    "toy_objects": "sjdbench.eval.evaluators.toy:ToyObjects",
+    "clip_score": "sjdbench.eval.evaluators.clip_score:ClipScore",
+    "fid": "sjdbench.eval.evaluators.inception:Fid",
+    "kid": "sjdbench.eval.evaluators.inception:Kid",
 }
 TOY = ("toy_clip", "toy_fd", "toy_objects")
 COCO = ("clip_score", "fid", "kid")

@@ -188,12 +188,12 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or progress lines."),
 ) -> None:
     """Decode every prompt of a data set with one model and decoder; resumable."""
-    from sjdbench.config import compose_run, decoder_spec, results_root, to_yaml
-    from sjdbench.identity import label
-    from sjdbench.runner import Reporter, execute
+    from sjdbench.config.identity import label
+    from sjdbench.config.schema import compose_run, decoder_spec, results_root, to_yaml
+    from sjdbench.run.runner import Reporter, execute
 
     try:
-        from sjdbench.cli_eval import reject_eval_words
+        from sjdbench.cli.eval import reject_eval_words
 
         reject_eval_words(overrides or [])
         config = compose_run(overrides or [])
@@ -266,8 +266,8 @@ def sweep(
     ),
 ) -> None:
     """Run a grid of configurations (plus their AR baselines); re-running resumes."""
-    from sjdbench.cli_eval import SweepScorer, is_eval_word
-    from sjdbench.sweep import build_plan, execute_sweep, latency_comparisons, run_status
+    from sjdbench.cli.eval import SweepScorer, is_eval_word
+    from sjdbench.run.sweep import build_plan, execute_sweep, latency_comparisons, run_status
 
     try:
         on_slurm = executor == "submitit" and (cluster or "slurm") == "slurm"
@@ -350,7 +350,7 @@ def sweep(
         f"sweep {plan.sweep_id}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f" -> {plan.directory}",
         highlight=False,
     )
-    from sjdbench.store import RunStore
+    from sjdbench.results.store import RunStore
 
     summaries = [s for s in (RunStore(plan.directory.parent.parent, p.run_id).summary() for p in plan.points) if s]
     console.print(summary_table("runs", summaries, speedups))
@@ -379,7 +379,7 @@ def _cuda_visible() -> bool:
 
 def note_legacy_runs(root) -> None:
     """One line when the store holds runs keyed by an older sjdbench (they are not resumed)."""
-    from sjdbench.migrate import legacy_runs
+    from sjdbench.config.migrate import legacy_runs
 
     count = len(legacy_runs(root))
     if count:
@@ -402,7 +402,7 @@ def migrate(
     import os
     from pathlib import Path
 
-    from sjdbench.migrate import migrate_store
+    from sjdbench.config.migrate import migrate_store
 
     root = Path(results_dir or os.environ.get("SJDBENCH_RESULTS") or "results")
     try:
@@ -419,7 +419,7 @@ def list_choices(
     group: Optional[str] = typer.Argument(None, help="A config group, e.g. decoder. Omit for all."),
 ) -> None:
     """List config groups and their choices (decoder parts with their knobs and defaults)."""
-    from sjdbench.config import available_groups, group_choices
+    from sjdbench.config.schema import available_groups, group_choices
     from sjdbench.decoding.parts import default_spec
 
     try:
@@ -441,7 +441,7 @@ def list_choices(
 
 
 def _mount_report() -> None:
-    from sjdbench.cli_report import report
+    from sjdbench.cli.report import report
 
     app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(report)
 
@@ -450,7 +450,7 @@ _mount_report()
 
 
 def _mount_evaluation() -> None:
-    from sjdbench.cli_eval import data_app, eval_command
+    from sjdbench.cli.eval import data_app, eval_command
 
     app.command("eval", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(eval_command)
     app.add_typer(data_app, name="data", help="Public prompt sets: download with a pinned checksum.")
@@ -461,7 +461,7 @@ _mount_evaluation()
 
 def _mount_optional() -> None:
     try:
-        from sjdbench.toy_cli import toy_app
+        from sjdbench.cli.toy import toy_app
     except ImportError:
         return
     app.add_typer(toy_app, name="toy", help="Train the embedded toy model and its toy CLIP.")

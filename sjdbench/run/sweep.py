@@ -36,12 +36,20 @@ from typing import Callable, Optional
 
 import yaml
 
-from sjdbench.config import RunConfig, available_groups, compose_run, group_choices, normalize_overrides, results_root
+from sjdbench.config.identity import label
+from sjdbench.config.schema import (
+    RunConfig,
+    available_groups,
+    compose_run,
+    group_choices,
+    normalize_overrides,
+    results_root,
+)
 from sjdbench.errors import UserError
-from sjdbench.identity import label
-from sjdbench.machine import apply_threads
 from sjdbench.paths import conf_dir
-from sjdbench.runner import (
+from sjdbench.results.store import RunStore, atomic_write_json, atomic_write_text
+from sjdbench.run.machine import apply_threads
+from sjdbench.run.runner import (
     TIMING_MODES,
     Reporter,
     RunOutcome,
@@ -52,7 +60,6 @@ from sjdbench.runner import (
     wanted_keys,
     write_summary,
 )
-from sjdbench.store import RunStore, atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 EXECUTORS = ("local", "submitit", "ray")

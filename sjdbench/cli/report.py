@@ -28,7 +28,7 @@ def report(
     ),
 ) -> None:
     """Tables (md, LaTeX, CSV), figures (PNG, SVG), runs/samples Parquet and report.html from stored runs."""
-    from sjdbench.cli import console, err_console, fail
+    from sjdbench.cli.commands import console, err_console, fail
     from sjdbench.report.build import build_report
     from sjdbench.report.render import to_rich
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sjdbench.evaluators.base import Reference, Refused, Sample, SampleMetric, SetMetric
-from sjdbench.evaluators.hashing import file_sha256
+from sjdbench.eval.evaluators.base import Reference, Refused, Sample, SampleMetric, SetMetric
+from sjdbench.eval.evaluators.hashing import file_sha256
 
 CHUNK = 256  # images per batch through the toy CLIP
 
@@ -96,8 +96,8 @@ class ToyFrechet(SetMetric):
         return load_toy_clip(_weights_dir(self.run)).image_features(np.stack(images)).double().numpy()
 
     def reference(self) -> Reference:
-        from sjdbench.evaluators.references import cached_reference
-        from sjdbench.evaluators.toy_scenes import NotAToyCaption, reference_renders
+        from sjdbench.eval.evaluators.references import cached_reference
+        from sjdbench.eval.evaluators.toy_scenes import NotAToyCaption, reference_renders
         from sjdbench.models.toy.clip import load_toy_clip
 
         captions = sorted({s.prompt_id: s.text for s in self.run.samples}.items())
@@ -124,7 +124,7 @@ class ToyFrechet(SetMetric):
         return Reference(cached_reference("toy_fd", key, compute), protocol)
 
     def distance(self, vectors: np.ndarray, other: np.ndarray) -> tuple[float, dict]:
-        from sjdbench.metrics.frechet import frechet_distance
+        from sjdbench.eval.metrics.frechet import frechet_distance
 
         extra = {}
         if min(len(vectors), len(other)) <= self.embedding_dim:
@@ -154,7 +154,7 @@ def object_counts(image: np.ndarray, caption: str) -> np.ndarray:
     object's shape (shape and colour bound on one object); cell: for objects captioned with an
     absolute position, the region of its colour lies in that cell of the 3x3 layout.
     """
-    from sjdbench.evaluators.toy_scenes import parse_caption
+    from sjdbench.eval.evaluators.toy_scenes import parse_caption
     from sjdbench.models.toy.objects import find_object
     from sjdbench.models.toy.world import COLOURS
 
@@ -193,7 +193,7 @@ class ToyObjects(SampleMetric):
         }
 
     def measure(self, samples: list[Sample]) -> np.ndarray:
-        from sjdbench.evaluators.toy_scenes import NotAToyCaption
+        from sjdbench.eval.evaluators.toy_scenes import NotAToyCaption
 
         images = self.images(samples)
         _check_toy_images(images, self.name)
@@ -238,8 +238,8 @@ class ToyObjects(SampleMetric):
 
     def ceiling(self) -> np.ndarray:
         """The same counts on one render of each scored caption: what a perfect toy model would get."""
-        from sjdbench.evaluators.references import cached_reference
-        from sjdbench.evaluators.toy_scenes import reference_renders
+        from sjdbench.eval.evaluators.references import cached_reference
+        from sjdbench.eval.evaluators.toy_scenes import reference_renders
 
         captions = sorted({s.prompt_id: s.text for s in self.run.samples}.items())
         texts = [t for _, t in captions]

@@ -12,8 +12,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from sjdbench.data.fetch import RemoteFile, resolve
 from sjdbench.errors import UserError
-from sjdbench.prompt_sets.fetch import RemoteFile, resolve
 
 log = logging.getLogger(__name__)
 _warned: set[str] = set()  # one warning per file and process (sweeps load the set once per grid point)

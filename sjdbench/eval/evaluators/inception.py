@@ -1,7 +1,7 @@
 """FID and KID with torchmetrics on 2048-d Inception features (the TF 2015-12-05 graph, as
 torch-fidelity, pytorch-fid and clean-fid use).
 
-Both sides go through the same named preprocessing (`sjdbench.evaluators.imaging`), are rounded to
+Both sides go through the same named preprocessing (`sjdbench.eval.evaluators.imaging`), are rounded to
 uint8 and pass through torchmetrics' `NoTrainInceptionV3` with `antialias` as set. Features are
 extracted once per sample and cached beside the run (generated side) or in the sjdbench cache
 (reference side, per reference set, preprocessing and extractor), and handed to torchmetrics'
@@ -24,10 +24,10 @@ from typing import Callable
 import numpy as np
 
 from sjdbench.errors import UserError
-from sjdbench.evaluators.base import Reference, Refused, Sample, SetMetric, load_image
-from sjdbench.evaluators.clip_score import eval_device
-from sjdbench.evaluators.hashing import file_sha256, files_sha256, image_files
-from sjdbench.evaluators.imaging import DESCRIPTIONS, for_inception
+from sjdbench.eval.evaluators.base import Reference, Refused, Sample, SetMetric, load_image
+from sjdbench.eval.evaluators.clip_score import eval_device
+from sjdbench.eval.evaluators.hashing import file_sha256, files_sha256, image_files
+from sjdbench.eval.evaluators.imaging import DESCRIPTIONS, for_inception
 
 INCEPTION_FILE = "weights-inception-2015-12-05-6726825d.pth"
 INCEPTION_URL = f"https://github.com/toshas/torch-fidelity/releases/download/v0.2.0/{INCEPTION_FILE}"
@@ -184,7 +184,7 @@ class InceptionMetric(SetMetric):
         return files, "every image of the folder", folder
 
     def reference(self) -> Reference:
-        from sjdbench.evaluators.references import cached_reference
+        from sjdbench.eval.evaluators.references import cached_reference
 
         files, selection, folder = self._reference_files()
         protocol = {"folder": folder.name, "selection": selection, "n": len(files), "sha256": files_sha256(files)}
@@ -215,7 +215,7 @@ class Fid(InceptionMetric):
     def reference_distance(self, reference: np.ndarray) -> Callable[[np.ndarray], float]:
         """FD to a fixed reference with the reference's matrix square root computed once (for the
         bootstrap: one symmetric eigendecomposition per resample, float64)."""
-        from sjdbench.metrics.frechet import gaussian_stats, sqrt_psd
+        from sjdbench.eval.metrics.frechet import gaussian_stats, sqrt_psd
 
         mu_r, cov_r = gaussian_stats(reference)
         root_r, trace_r = sqrt_psd(cov_r), float(np.trace(cov_r))

@@ -1,0 +1,1 @@
+"""Scoring finished runs: the scoring step, its evaluators and metrics."""
