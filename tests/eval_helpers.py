@@ -72,7 +72,7 @@ def synthetic_run(
     config = compose_run(["model=debug", "decoder=sjd", "data=file", f"data.path={prompt_file}", *overrides])
     _, sha = load_prompts(config.data)
     (run_dir / "config.yaml").write_text(to_yaml(config))
-    (run_dir / "env.json").write_text(json.dumps({"prompts_sha": sha, "device": "cpu", "weights": None}))
+    (run_dir / "env.json").write_text(json.dumps({"prompts_sha": sha, "device": "cpu", "weights": None, "schema": 2}))
     for k, index in enumerate(indices):
         save_png(run_dir / "images" / f"{k:06d}_0.png", constant_image(index, size))
         append_jsonl(

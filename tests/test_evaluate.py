@@ -14,7 +14,7 @@ from sjdbench.cli import app
 from sjdbench.config import compose_run
 from sjdbench.eval.evaluators.base import open_run
 from sjdbench.eval.evaluators.settings import compose_eval
-from sjdbench.eval.score import ar_run_id, score
+from sjdbench.eval.score import comparison_runs, score
 from sjdbench.run.runner import execute
 
 BASE = ["model=toy", "data=smoke", "data.limit=2", "warmup=0"]
@@ -116,10 +116,11 @@ def test_scores_are_never_recomputed_and_waiting_comparisons_are_filled_in_later
     assert {o.status for o in score([root / "runs" / ids["sjd"]], config)} == {"present"}
 
 
-def test_ar_run_id_is_the_sweep_baseline(toy_results):
+def test_the_ar_runs_eval_compares_with_are_the_sweep_baselines(toy_results):
     source, ids = toy_results
     run = open_run(source / "runs" / ids["sjd"])
-    assert ar_run_id(run) == ids["ar"] and ar_run_id(run, 1) == ids["ar1"]
+    (ar, _), (floor, _) = comparison_runs(run, 1)
+    assert ar == ids["ar"] and floor == ids["ar1"]
 
 
 def test_sweep_eval_adds_the_noise_floor_run_and_scores_each_run(toy_results, tmp_path):

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from sjdbench.config import compose_run
 from sjdbench.config.migrate import legacy_runs, migrate_store
-from sjdbench.run.runner import execute, plan
+from sjdbench.config.spec import resolve_run
+from sjdbench.run.runner import execute
 
 FIXTURE = Path(__file__).parent / "data" / "legacy_run"
 OLD_ID = "debug-lantern-e8cd28f3363f"
@@ -33,7 +34,7 @@ def test_legacy_run_is_rekeyed_to_todays_id_and_resumed_not_redone(tmp_path):
             f"results_dir={root}",
         ]
     )
-    new_id = plan(config)[0]
+    new_id = resolve_run(config).run_id
     assert [m.status for m in migrate_store(root, dry_run=True)] == ["would move"]
     assert (root / "runs" / OLD_ID).exists()
 

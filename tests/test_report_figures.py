@@ -10,7 +10,7 @@ from synthetic_store import make_store, write_score
 from sjdbench.report import figures as figs
 from sjdbench.report.build import build_report, collect
 from sjdbench.report.tables import main_table, quality_metrics, with_numbers
-from sjdbench.results.select import parse_filters
+from sjdbench.results.select import parse_selection
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def frames(tmp_path_factory):
     write_score(root, ids["ar"], "toy_clip", 30.0, (29.0, 31.0))
     write_score(root, ids["sjd"], "toy_clip", 29.8, (28.9, 30.9))
     write_score(root, ids["lantern"], "toy_clip", 28.0, (27.0, 29.0))
-    store = collect(parse_filters([f"results_dir={root}"]))
+    store = collect(parse_selection([f"results_dir={root}"]))
     metrics, quality = quality_metrics(store.scores, store.runs["run_id"])
     numbers = with_numbers(store.runs, store.pairings, quality)
     main = main_table(store.runs, store.pairings, store.scores, ("toy", "toy")).frame

@@ -145,7 +145,7 @@ def test_prompt_files(tmp_path):
 
 
 def test_load_runs_collects_summaries(tmp_path):
-    from sjdbench.results.store import load_runs
+    from sjdbench.results.runs import load_runs
 
     execute(config(tmp_path, "data.limit=1"))
     execute(config(tmp_path, "data.limit=1", "decoder=ar"))
@@ -158,18 +158,18 @@ def test_retrained_weights_get_a_new_run_id(tmp_path):
     """Results of different weights never mix: the run id includes a fingerprint of the weight files."""
     import shutil
 
+    from sjdbench.config.spec import resolve_run
     from sjdbench.models.toy.model import META_FILE, WEIGHTS_DIR
-    from sjdbench.run.runner import plan
 
     copy = tmp_path / "weights"
     shutil.copytree(WEIGHTS_DIR, copy)
     base = ["model=toy", "data=smoke", f"results_dir={tmp_path}"]
-    shipped = plan(compose_run([*base, f"model.options.weights_dir={copy}"]))[0]
-    assert shipped == plan(compose_run([*base, f"model.options.weights_dir={copy}"]))[0]  # stable
+    shipped = resolve_run(compose_run([*base, f"model.options.weights_dir={copy}"])).run_id
+    assert shipped == resolve_run(compose_run([*base, f"model.options.weights_dir={copy}"])).run_id  # stable
     meta = json.loads((copy / META_FILE).read_text())
     meta["final"]["val_loss"] += 1e-6  # another training run
     (copy / META_FILE).write_text(json.dumps(meta))
-    assert plan(compose_run([*base, f"model.options.weights_dir={copy}"]))[0] != shipped
+    assert resolve_run(compose_run([*base, f"model.options.weights_dir={copy}"])).run_id != shipped
 
 
 def test_env_records_the_weights_fingerprint(tmp_path):

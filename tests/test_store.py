@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 
 from sjdbench.cli import app
 from sjdbench.config import compose_run
+from sjdbench.config.spec import resolve_run
 from sjdbench.results.store import append_jsonl, read_jsonl, truncate_torn_tail
-from sjdbench.run.runner import execute, preflight
+from sjdbench.run.runner import execute
 
 runner = CliRunner()
 SMALL = ["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "warmup=0", "save_images=false"]
@@ -61,7 +62,7 @@ def test_a_run_killed_mid_row_resumes_to_complete_with_exit_0(tmp_path):
 
 
 def test_a_second_writer_of_the_same_run_is_refused_in_one_line(tmp_path):
-    plan = preflight(config(tmp_path))
+    plan = resolve_run(config(tmp_path))
     execute(config(tmp_path, "data.limit=1"))
     before = (Path(plan.store().samples_path)).read_bytes()
     with plan.store().writer():  # another process would hold this lock: flock locks differ per open file
@@ -108,7 +109,7 @@ def test_two_concurrent_runs_of_one_run_id_do_not_corrupt_it(tmp_path):
 
 @pytest.mark.parametrize("where", ["env.json", "summary.json", "store.json"])
 def test_a_store_written_by_a_newer_sjdbench_is_refused(tmp_path, where):
-    from sjdbench.config.identity import SCHEMA
+    from sjdbench.results.store import SCHEMA
 
     outcome = execute(config(tmp_path, "data.limit=1"))
     target = tmp_path / "store.json" if where == "store.json" else Path(outcome.run_dir) / where
@@ -124,7 +125,7 @@ def test_a_store_written_by_a_newer_sjdbench_is_refused(tmp_path, where):
 
 
 def test_schema_is_recorded_everywhere(tmp_path):
-    from sjdbench.config.identity import SCHEMA
+    from sjdbench.results.store import SCHEMA
 
     outcome = execute(config(tmp_path, "data.limit=1"))
     run = Path(outcome.run_dir)

@@ -90,7 +90,7 @@ def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, tim
     real = RunWriter.decode
 
     def flaky(self, prompt, sample):
-        if self.plan.config.decoder.name == "sjd_vp":
+        if self.spec.config.decoder.name == "sjd_vp":
             raise RuntimeError("out of memory")
         return real(self, prompt, sample)
 
@@ -283,7 +283,7 @@ def test_paired_timing_interleaves_ar_and_each_decoder_prompt_by_prompt(tmp_path
     real = RunWriter.decode
 
     def recording(self, prompt, sample):
-        order.append((prompt.prompt_id, self.plan.config.decoder.name))
+        order.append((prompt.prompt_id, self.spec.config.decoder.name))
         return real(self, prompt, sample)
 
     monkeypatch.setattr(RunWriter, "decode", recording)

@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.console import Console
 
+from sjdbench.cli.console import fail, line, note, out, warn
 from sjdbench.errors import UserError
 
 
@@ -14,10 +16,11 @@ def report(
     filters: Optional[List[str]] = typer.Argument(
         None,
         show_default=False,
-        help="Which runs: model=toy data=toy decoder=sjd,sjd_vp decoder.window=16,32 seed=0, a sweep id, "
-        "results_dir=DIR. Default: every run in results/ (or $SJDBENCH_RESULTS).",
+        help="Which runs: model=toy data=toy decoder=sjd,sjd_vp decoder.window=16,32 seed=0, a sweep id, run ids "
+        "or folders, results_dir=DIR (the grammar of `sjdbench eval`). Default: every run in results/ (or "
+        "$SJDBENCH_RESULTS).",
     ),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: <results_dir>/report)."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: <results_dir>/report)."),
     every_run: bool = typer.Option(False, "--every-run", help="Main table: every run, not only the presets' defaults."),
     trace_drafts: int = typer.Option(
         0,
@@ -28,34 +31,25 @@ def report(
     ),
 ) -> None:
     """Tables (md, LaTeX, CSV), figures (PNG, SVG), runs/samples Parquet and report.html from stored runs."""
-    from sjdbench.cli.commands import console, err_console, fail
     from sjdbench.report.build import build_report
     from sjdbench.report.render import to_rich
 
     if trace_drafts < 0:
         fail("--trace-drafts must be >= 0 (the number of prompts to replay per run)")
     try:
-        result = build_report(
-            filters or [],
-            out,
-            every_run=every_run,
-            trace=trace_drafts,
-            progress=lambda line: err_console.print(line, highlight=False, markup=False),
-        )
+        result = build_report(filters or [], out_dir, every_run=every_run, trace=trace_drafts, progress=line)
     except UserError as error:
         fail(str(error))
-    from rich.console import Console
-
-    wide = console if console.is_terminal else Console(width=160)  # logs: one line per table row
+    wide = out if out.is_terminal else Console(width=160)  # logs: one line per table row
     for table in result.main:
         wide.print(to_rich(table))
-        for line in table.warnings:
-            err_console.print(line, highlight=False, markup=False)
-    for line in result.warnings:
-        err_console.print(f"warning: {line}", highlight=False, markup=False)
-    for line in result.unused:
-        err_console.print(f"not used: {line}", highlight=False, markup=False)
-    for line in result.skipped:
-        err_console.print(f"note: {line}", highlight=False, markup=False)
+        for text in table.warnings:
+            line(text)
+    for text in result.warnings:
+        warn(text)
+    for text in result.unused:
+        line(f"not used: {text}")
+    for text in result.skipped:
+        note(text)
     for path in [*result.figures, *result.files]:
-        console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)  # one line per file
+        out.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)  # one line per file

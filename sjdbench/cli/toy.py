@@ -1,4 +1,5 @@
-"""`sjdbench toy ...`: train the embedded toy model and its toy CLIP, and measure the toy's regime."""
+"""`sjdbench toy train | train-clip | calibrate`: train the embedded toy model and its toy CLIP, and
+measure the toy's regime (registered as the `toy` group in sjdbench.cli.commands)."""
 
 from __future__ import annotations
 
@@ -7,20 +8,10 @@ from typing import Optional
 
 import typer
 
+from sjdbench.cli.console import fail
 from sjdbench.errors import UserError
 
-toy_app = typer.Typer(
-    help="The embedded toy model: training and calibration.", no_args_is_help=True, add_completion=False
-)
 
-
-def _fail(message: str) -> None:
-    first = " ".join(line.strip() for line in message.splitlines() if line.strip())
-    typer.secho(f"error: {first}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code=2)  # same exit code as the main CLI's user errors
-
-
-@toy_app.command("train")
 def train(
     out: Optional[Path] = typer.Option(
         None, "--out", help="output dir (default: ./toy_weights; then run with model.options.weights_dir=DIR)"
@@ -46,7 +37,7 @@ def train(
     from sjdbench.models.toy.train import SHIPPED_STEPS, train_toy
 
     if steps is not None and minutes is not None:
-        _fail("give either --steps or --minutes, not both")
+        fail("give either --steps or --minutes, not both")
     if steps is None and minutes is None:
         steps = SHIPPED_STEPS
     try:
@@ -64,10 +55,9 @@ def train(
             overwrite=overwrite,
         )
     except (ValueError, FileNotFoundError, OSError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
-@toy_app.command("train-clip")
 def train_clip(
     out: Optional[Path] = typer.Option(None, "--out", help="output dir (default: ./toy_weights)"),
     overwrite: bool = typer.Option(
@@ -87,7 +77,7 @@ def train_clip(
 
     out = out or DEFAULT_OUT
     if out.resolve() == WEIGHTS_DIR.resolve() and not overwrite:
-        _fail(
+        fail(
             f"{out} holds the shipped toy CLIP; train into another folder (--out DIR), "
             "or pass --overwrite to replace it"
         )
@@ -96,10 +86,9 @@ def train_clip(
         publish(out / CLIP_FILE)
         write_checksums(out, [CLIP_FILE])
     except (ValueError, FileNotFoundError, OSError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
-@toy_app.command("calibrate")
 def calibrate(
     weights: Optional[Path] = typer.Option(None, "--weights", help="weights dir (default: the shipped weights)"),
     n: int = typer.Option(16, "--n", help="held-out captions"),
@@ -134,7 +123,7 @@ def calibrate(
                 weights, n=n, png=str(png) if png else None, n_objects=n_objects, results_dir=results_dir, **sampling
             )
     except (ValueError, FileNotFoundError, OSError, UserError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     text = json.dumps(res, indent=2)
     typer.echo(text)
     if out:

@@ -8,53 +8,149 @@ at the prompt level), and not a knob the decoder does not read. So `decoder=sjd
 decoder/verifier=lantern` and `decoder=lantern` share one run, and a knob added to one part re-keys
 only the runs of decoders that use that part.
 
+Everything in that list except the decoder is `SampleFacts`: what two runs must share for their
+samples to be compared prompt by prompt. The AR run with a run's facts is its baseline, and its id
+(`ar_run_id`) is the pairing key (sjdbench.results.pairing), for planned and for stored runs alike.
+
 A run label names the decoder for people: the preset whose parts it uses, plus every knob that
 differs from that preset, e.g. `sjd_vp(N=2,λ=.25)`, `sjd_vp(fusion=none)`, `sjd+gsd(G=25)`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
-from dataclasses import asdict
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
 
-from sjdbench.config.schema import RunConfig, compose_run, decoder_spec, group_choices
+from sjdbench.config.schema import SAMPLING_KEYS, RunConfig, compose_run, decoder_spec, group_choices
 from sjdbench.decoding.build import DecoderSpec
-from sjdbench.decoding.parts import KINDS
-
-SCHEMA = 2  # of run ids, env.json and summary.json; 1 = ids hashed the whole decoder config
+from sjdbench.decoding.parts import KINDS, resolve_part
 
 
 def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def semantic_fields(config: RunConfig, prompts_sha: str, device_type: str, weights: str | None = None) -> dict:
-    """What determines a run's rows. weights: the fingerprint of the model's weight files, so a
-    retrained model never resumes (and mixes into) the results of the previous one; None for
-    models without files (debug)."""
-    fields = {
-        # the builder's arguments: options, with the top-level model keys that are set folded in
-        "model": {"name": config.model.name, "options": dict(config.model.options)},
-        "decoder": decoder_spec(config).identity(),
-        "data": {"name": config.data.name, "prompts_sha": prompts_sha},
-        "sampling": asdict(config.sampling),
-        "seed": config.seed,
-        "samples_per_prompt": config.samples_per_prompt,
-        "device": device_type,
-    }
-    if weights is not None:
-        fields["weights"] = weights
-    return fields
+@dataclass(frozen=True)
+class SampleFacts:
+    """Everything besides the decoder that determines a run's samples (so AR's samples entirely).
+
+    weights: the fingerprint of the model's weight files, so a retrained model never resumes (and
+    mixes into) the results of the previous one; None for models without files (debug). sampling:
+    the overrides (None = the model's default), as the run id has always hashed them.
+    """
+
+    model: str
+    options: Mapping[str, Any] = field(hash=False)
+    data: str
+    prompts_sha: str
+    sampling: Mapping[str, Any] = field(hash=False)
+    seed: int
+    samples_per_prompt: int
+    device: str  # the device type: cpu, cuda, mps
+    weights: str | None = None
+
+    @classmethod
+    def of(cls, config: RunConfig, prompts_sha: str, device_type: str, weights: str | None = None) -> SampleFacts:
+        return cls(
+            config.model.name,
+            dict(config.model.options),
+            config.data.name,
+            prompts_sha,
+            asdict(config.sampling),
+            config.seed,
+            config.samples_per_prompt,
+            device_type,
+            weights,
+        )
+
+    @classmethod
+    def stored(
+        cls, config: Mapping[str, Any], env: Mapping[str, Any], summary: Mapping[str, Any]
+    ) -> SampleFacts | None:
+        """The facts of a stored run, from its config.yaml, env.json and summary.json as written (no
+        config is re-composed, so stores of other versions read); None when the files lack them."""
+        model = config.get("model") or {}
+        name = model.get("name") or summary.get("model")
+        sha = env.get("prompts_sha")
+        if not name or not sha:
+            return None
+        sampling = config.get("sampling") or {}
+        return cls(
+            str(name),
+            dict(model.get("options") or {}),
+            str((config.get("data") or {}).get("name") or summary.get("data")),
+            str(sha),
+            {key: sampling.get(key) for key in SAMPLING_KEYS},
+            int(config.get("seed", summary.get("seed", 0))),
+            int(config.get("samples_per_prompt", 1)),
+            str(env.get("device") or summary.get("device") or "cpu").split(":")[0],
+            env.get("weights"),
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """The hashed fields of a run id, without its decoder."""
+        fields: dict[str, Any] = {
+            # the builder's arguments: options, with the top-level model keys that are set folded in
+            "model": {"name": self.model, "options": dict(self.options)},
+            "data": {"name": self.data, "prompts_sha": self.prompts_sha},
+            "sampling": {key: self.sampling.get(key) for key in SAMPLING_KEYS},
+            "seed": self.seed,
+            "samples_per_prompt": self.samples_per_prompt,
+            "device": self.device,
+        }
+        if self.weights is not None:
+            fields["weights"] = self.weights
+        return fields
 
 
-def run_id_for(config: RunConfig, prompts_sha: str, device_type: str, weights: str | None = None) -> str:
-    digest = hashlib.sha256(
-        canonical_json(semantic_fields(config, prompts_sha, device_type, weights)).encode()
-    ).hexdigest()
-    return f"{config.model.name}-{family(decoder_spec(config))}-{digest[:12]}"
+def run_id(facts: SampleFacts, decoder: DecoderSpec) -> str:
+    """`<model>-<family>-<12 hex>`: the hash of the facts and the decoder's identity."""
+    fields = {**facts.fields(), "decoder": decoder.identity()}
+    digest = hashlib.sha256(canonical_json(fields).encode()).hexdigest()
+    return f"{facts.model}-{family(decoder)}-{digest[:12]}"
+
+
+def semantic_fields(
+    config: RunConfig,
+    prompts_sha: str,
+    device_type: str,
+    weights: str | None = None,
+    decoder: DecoderSpec | None = None,
+) -> dict:
+    """What determines a run's rows (decoder: the config's, resolved, unless given)."""
+    facts = SampleFacts.of(config, prompts_sha, device_type, weights)
+    return {**facts.fields(), "decoder": (decoder or decoder_spec(config)).identity()}
+
+
+def run_id_for(
+    config: RunConfig,
+    prompts_sha: str,
+    device_type: str,
+    weights: str | None = None,
+    decoder: DecoderSpec | None = None,
+) -> str:
+    """The id of a config's run; `decoder` is its resolved spec when the caller holds it already."""
+    return run_id(SampleFacts.of(config, prompts_sha, device_type, weights), decoder or decoder_spec(config))
+
+
+@functools.cache
+def ar_spec(greedy: bool = False) -> DecoderSpec:
+    """The AR decoder (W = 1) a baseline is run with: the `ar` preset, with argmax for greedy AR."""
+    spec = preset_spec("ar")
+    if greedy != spec.greedy:
+        name = "greedy" if greedy else "exact"
+        spec = dataclasses.replace(spec, verifier=resolve_part("verifier", name, "decoder.verifier"))
+    return spec
+
+
+def ar_run_id(facts: SampleFacts, seed_offset: int = 0, greedy: bool = False) -> str:
+    """The id of the AR run with these facts (at seed + seed_offset): the run `sjdbench run
+    decoder=ar` with the same settings gets, and the baseline a sweep adds."""
+    return run_id(dataclasses.replace(facts, seed=facts.seed + seed_offset), ar_spec(greedy))
 
 
 @functools.cache
@@ -84,9 +180,10 @@ def family(spec: DecoderSpec) -> str:
     return "custom"
 
 
-def label(config: RunConfig) -> str:
-    """The decoder's name for tables: its preset plus the knobs that differ from it."""
-    spec = decoder_spec(config)
+def label(config: RunConfig, spec: DecoderSpec | None = None) -> str:
+    """The decoder's name for tables: its preset plus the knobs that differ from it (spec: the
+    config's resolved decoder, when the caller holds it)."""
+    spec = spec or decoder_spec(config)
     base_name = family(spec)
     if base_name == "custom":
         base_name = config.decoder.name

@@ -21,19 +21,19 @@ from typing import Any
 
 import yaml
 
-from sjdbench.config.identity import SCHEMA, family, label, run_id_for
+from sjdbench.config.identity import family, label, run_id_for
 from sjdbench.config.schema import (
     DataConfig,
     DecoderConfig,
     ModelConfig,
     RunConfig,
     SamplingOverrides,
+    check_config,
     to_yaml,
-    validate,
 )
 from sjdbench.decoding.verifiers.lantern import LEGACY_ZERO_ON
 from sjdbench.errors import UserError
-from sjdbench.results.store import atomic_write_json, atomic_write_text
+from sjdbench.results.store import SCHEMA, atomic_write_json, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -94,26 +94,26 @@ def decoder_from_legacy(old: dict[str, Any]) -> DecoderConfig:
 
 
 def config_from_legacy(doc: dict[str, Any]) -> RunConfig:
+    """A schema-1 config.yaml as today's RunConfig (checked by the caller, with `check_config`)."""
     known = {
         k: doc[k] for k in ("seed", "samples_per_prompt", "device", "results_dir", "save_images", "warmup") if k in doc
     }
-    config = RunConfig(
+    return RunConfig(
         model=ModelConfig(**doc.get("model", {})),
         decoder=decoder_from_legacy(doc.get("decoder", {})),
         data=DataConfig(**doc.get("data", {})),
         sampling=SamplingOverrides(**doc.get("sampling", {})),
         **known,
     )
-    validate(config)
-    return config
 
 
 def migrate_run(run_dir: Path, dry_run: bool = False) -> Migration:
     try:
         env = json.loads((run_dir / "env.json").read_text())
         config = config_from_legacy(yaml.safe_load((run_dir / "config.yaml").read_text()))
+        spec = check_config(config)
         device_type = str(env.get("device", "cpu")).split(":")[0]
-        new_id = run_id_for(config, env["prompts_sha"], device_type, env.get("weights"))
+        new_id = run_id_for(config, env["prompts_sha"], device_type, env.get("weights"), spec)
     except (OSError, KeyError, TypeError, ValueError, UserError, yaml.YAMLError) as error:
         log.warning("%s: cannot be migrated (%s)", run_dir.name, error)
         return Migration(run_dir.name, None, "unreadable")
@@ -122,9 +122,6 @@ def migrate_run(run_dir: Path, dry_run: bool = False) -> Migration:
         return Migration(run_dir.name, new_id, "exists (left alone)")
     if dry_run:
         return Migration(run_dir.name, new_id, "would move")
-    from sjdbench.config.schema import decoder_spec
-
-    spec = decoder_spec(config)
     run_dir.rename(target)  # first: a run interrupted after this is found again under its new name
     atomic_write_text(target / "config.yaml", to_yaml(config))
     summary_path = target / "summary.json"
@@ -132,7 +129,7 @@ def migrate_run(run_dir: Path, dry_run: bool = False) -> Migration:
         summary = json.loads(summary_path.read_text())
         summary.update(
             run_id=new_id,
-            decoder=label(config),
+            decoder=label(config, spec),
             decoder_preset=config.decoder.name,
             decoder_family=family(spec),
             decoder_spec=spec.identity(),

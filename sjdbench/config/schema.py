@@ -4,25 +4,36 @@
 YAML files are merged into these dataclass schemas, so unknown keys and wrong types fail early with
 one readable line; unknown group choices list the valid ones. A decoder's parts are their own
 config groups (`decoder/verifier=lantern`, knobs as `decoder.verifier.delta=0.2`); every part is
-resolved and checked here, before any model loads. Run identity lives in identity.py.
+resolved and checked here (`check_config`). What needs files or a device (prompts, weights, the
+results folder) is checked by `sjdbench.config.spec.resolve_run`, which turns a config into the
+resolved `RunSpec` a run carries. Run identity lives in identity.py.
+
+Nothing here imports torch at module level: listing config groups stays cheap.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sjdbench.decoding.parts import KINDS as PART_KINDS  # part groups: conf/decoder/<kind>/<name>.yaml
 from sjdbench.errors import UserError
 from sjdbench.paths import conf_dir, config_dirs
+
+if TYPE_CHECKING:
+    from sjdbench.decoding.build import DecoderSpec
+
+
+def _part_kinds() -> tuple[str, ...]:
+    """The decoder part kinds (decoding.parts.KINDS; imported on use: it brings torch)."""
+    from sjdbench.decoding.parts import KINDS
+
+    return KINDS
 
 
 @dataclass
@@ -98,7 +109,7 @@ class RunConfig:
     seed: int = 0
     samples_per_prompt: int = 1
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
-    results_dir: str = "results"
+    results_dir: Optional[str] = None  # the store; null: $SJDBENCH_RESULTS, else ./results (results/root.py)
     save_images: bool = True
     warmup: int = 1  # untimed decodes before the first timed one
     threads: Optional[int] = (
@@ -115,11 +126,14 @@ def group_choices(group: str) -> list[str]:
 
 
 def available_groups() -> list[str]:
-    """Top-level groups and the decoder part groups (decoder/proposal, decoder/verifier, decoder/init)."""
+    """Top-level groups and the decoder part groups (decoder/proposal, decoder/verifier, ...): the
+    folders of the config tree that hold YAMLs (the part groups are the registry of parts)."""
     groups = set()
     for root in config_dirs():
         groups |= {p.name for p in root.iterdir() if p.is_dir() and any(p.glob("*.yaml"))}
-        groups |= {f"decoder/{kind}" for kind in PART_KINDS if any((root / "decoder" / kind).glob("*.yaml"))}
+        if (root / "decoder").is_dir():
+            parts = (root / "decoder").iterdir()
+            groups |= {f"decoder/{p.name}" for p in parts if p.is_dir() and any(p.glob("*.yaml"))}
     return sorted(groups)
 
 
@@ -139,11 +153,12 @@ MOVED_KEYS = {
 def normalize_overrides(words: list[str]) -> list[str]:
     """Accept `decoder.verifier=lantern` for `decoder/verifier=lantern` (choosing a part), and name
     the new home of keys from the previous decoder schema."""
+    kinds = _part_kinds()
     out = []
     for word in words:
         key, eq, value = word.partition("=")
         bare = key.lstrip("+~")
-        if eq and bare in {f"decoder.{kind}" for kind in PART_KINDS} and re.fullmatch(r"[\w,.()*\[\] -]+", value):
+        if eq and bare in {f"decoder.{kind}" for kind in kinds} and re.fullmatch(r"[\w,.()*\[\] -]+", value):
             word = f"{key[: len(key) - len(bare)]}decoder/{bare.split('.')[1]}={value}"
         else:
             for old, new in MOVED_KEYS.items():
@@ -227,7 +242,7 @@ def _two_lines(error: Exception) -> str:
 
 def _unknown_key_message(key: str) -> str:
     parts = key.split(".")
-    if len(parts) >= 3 and parts[0] == "decoder" and parts[1] in PART_KINDS:
+    if len(parts) >= 3 and parts[0] == "decoder" and parts[1] in _part_kinds():
         kind, knob = parts[1], parts[2]
         owners = [name for name in group_choices(f"decoder/{kind}") if _part_has_knob(kind, name, knob)]
         hint = f"; {knob} belongs to {kind} {', '.join(owners)} (decoder/{kind}={owners[0]})" if owners else ""
@@ -274,7 +289,8 @@ def compose_raw(overrides: list[str], config_name: str = "config") -> Any:
 
 
 def to_run_config(raw: Any) -> RunConfig:
-    """Merge a composed tree into the typed schema: unknown keys and bad types fail here."""
+    """Merge a composed tree into the typed schema: unknown keys and bad types fail here (value
+    ranges are `check_config`'s)."""
     try:
         plain = OmegaConf.create(OmegaConf.to_container(raw, resolve=True))  # drop Hydra's node types
         merged = OmegaConf.merge(OmegaConf.structured(RunConfig), plain)
@@ -283,12 +299,18 @@ def to_run_config(raw: Any) -> RunConfig:
         key = getattr(error, "full_key", None)
         message = _first_line(error)
         raise UserError(f"invalid config{f' at {key}' if key else ''}: {message}") from None
-    validate(config)
     return config
 
 
 def compose_run(overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    return to_run_config(compose_raw(list(overrides)))
+    """The checked run config of these overrides (`check_config`: ranges, parts and their knobs)."""
+    return compose_checked(overrides)[0]
+
+
+def compose_checked(overrides: list[str] | tuple[str, ...] = ()) -> tuple[RunConfig, DecoderSpec]:
+    """The checked run config of these overrides and the decoder that checking resolved."""
+    config = to_run_config(compose_raw(list(overrides)))
+    return config, check_config(config)
 
 
 def check_sampling(values: dict[str, Any], where: str, image_tokens: int | None = None) -> None:
@@ -322,7 +344,7 @@ def model_sampling_options(config: RunConfig) -> dict[str, Any]:
     return {k: v for k, v in dict(config.model.options).items() if k in SAMPLING_KEYS and isinstance(v, (int, float))}
 
 
-def _check_finite_knobs(spec: Any) -> None:
+def _check_finite_knobs(spec: DecoderSpec) -> None:
     """NaN or inf in any float knob of any part (a NaN slips through every `x < 0` range check)."""
 
     def visit(part: Any, where: str) -> None:
@@ -336,9 +358,11 @@ def _check_finite_knobs(spec: Any) -> None:
         visit(part, f"decoder.{kind}")
 
 
-def validate(config: RunConfig) -> None:
-    """Checks Hydra cannot make: value ranges and part names (the decoder resolves all its parts)."""
-    _check_finite_knobs(decoder_spec(config))
+def check_config(config: RunConfig) -> DecoderSpec:
+    """Checks Hydra cannot make: value ranges and part names. Returns the decoder it resolved (every
+    part with its knobs checked), so a caller that goes on to run it need not resolve it again."""
+    spec = decoder_spec(config)
+    _check_finite_knobs(spec)
     if config.samples_per_prompt < 1:
         raise UserError("samples_per_prompt must be >= 1")
     if config.warmup < 0:
@@ -355,10 +379,12 @@ def validate(config: RunConfig) -> None:
         i, n = map(int, config.data.shard.split("/"))
         if not 0 <= i < n:
             raise UserError(f"data.shard {config.data.shard}: need 0 <= i < n")
+    return spec
 
 
-def decoder_spec(config: RunConfig) -> DecoderSpec:  # noqa: F821
-    """The resolved decoder of a run config (its parts, typed and checked)."""
+def decoder_spec(config: RunConfig) -> DecoderSpec:
+    """The resolved decoder of a run config (its parts, typed and checked). A run resolves it once,
+    in `resolve_run`, and carries it in its `RunSpec`."""
     from sjdbench.decoding.build import resolve_decoder
 
     return resolve_decoder(config.decoder)
@@ -368,13 +394,6 @@ def build_preset(name: str, adapter: Any, *overrides: str) -> Any:
     """A runnable decoder from a preset plus overrides, e.g. build_preset("sjd", adapter, "decoder.window=32")."""
     spec = decoder_spec(compose_run([f"decoder={name}", *overrides]))
     return spec.build(adapter)
-
-
-def results_root(config: RunConfig) -> Path:
-    """`results_dir`, unless left at the default and SJDBENCH_RESULTS is set."""
-    if config.results_dir == "results" and os.environ.get("SJDBENCH_RESULTS"):
-        return Path(os.environ["SJDBENCH_RESULTS"])
-    return Path(config.results_dir)
 
 
 def to_yaml(config: RunConfig) -> str:

@@ -4,11 +4,11 @@ For each (run, evaluator): measure one vector per stored sample (cached beside t
 is measured twice), reduce them to the score, and compare with the runs that make the score
 readable:
 
-- the AR run of the same model, data, sampling and seed (the run a decoder claims to match):
-  per-sample metrics give the paired per-prompt difference with a bootstrap 95 % CI; set metrics
-  the difference of distances to the same reference, with a paired bootstrap CI;
-- the AR run with seed + eval.floor_seed_offset: the noise floor, i.e. how far two AR runs that
-  differ only in their seeds already are (same prompts, same N).
+- the run's AR baseline (the run a decoder claims to match; sjdbench.results.pairing finds it, as
+  for speedups): per-sample metrics give the paired per-prompt difference with a bootstrap 95 % CI;
+  set metrics the difference of distances to the same reference, with a paired bootstrap CI;
+- the AR run at seed + eval.floor_seed_offset (results.pairing.find_noise_floor): the noise floor,
+  i.e. how far two AR runs that differ only in their seeds already are (same prompts, same N).
 
 The score file is keyed by the hash of its full protocol and never recomputed once present; a
 comparison whose AR run is not finished yet is listed under `pending` and filled in by a later
@@ -17,8 +17,6 @@ comparison whose AR run is not finished yet is listed under `pending` and filled
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import hashlib
 import io
 import logging
@@ -27,13 +25,17 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
+import pandas as pd
 
+from sjdbench.config.identity import SampleFacts
 from sjdbench.errors import UserError
 from sjdbench.eval.evaluators import COCO, EVALUATORS, TOY, evaluator_class
 from sjdbench.eval.evaluators.base import Evaluator, Refused, RunView, SetMetric, open_run
 from sjdbench.eval.evaluators.scorefile import SCHEMA, protocol_hash, read_score, score_path, write_score
 from sjdbench.eval.evaluators.settings import EvalConfig
 from sjdbench.eval.metrics.bootstrap import bootstrap_ci, prompt_groups
+from sjdbench.results.pairing import find_baseline, find_noise_floor, pair_key
+from sjdbench.results.runs import load_runs
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ def evaluators_for(run: RunView, config: EvalConfig) -> list[str]:
 def library_versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
-    from sjdbench.results.store import git_commit
+    from sjdbench.run.machine import git_commit
 
     out = {}
     for package in ("torch", "numpy", "scipy", "torchmetrics", "torch-fidelity", "open_clip_torch", "pillow"):
@@ -110,41 +112,62 @@ def cached_vectors(evaluator: Evaluator, run: RunView, keys: np.ndarray) -> np.n
 # ---------------------------------------------------------------- the AR runs a score is read against
 
 
-def ar_run_id(run: RunView, seed_offset: int = 0) -> str:
-    """Run id of the AR run with this run's model, data, sampling, samples per prompt and device,
-    at seed + seed_offset (the same id `sjdbench run decoder=ar` or a sweep's baseline gets)."""
-    from sjdbench.config.identity import run_id_for
-
-    ar = dataclasses.replace(run.config, decoder=_ar_decoder(), seed=run.config.seed + seed_offset)
-    device_type = str(run.env.get("device", "cpu")).split(":")[0]
-    return run_id_for(ar, run.env["prompts_sha"], device_type, run.env.get("weights"))
+_STORES: dict[Path, pd.DataFrame] = {}  # stores read during one score() call (runs do not change meanwhile)
+_OPENED: dict[Path, RunView] = {}
 
 
-@functools.lru_cache(maxsize=1)
-def _ar_decoder():
-    from sjdbench.config.schema import compose_run
+def _store(root: Path) -> pd.DataFrame:
+    root = Path(root)
+    if root not in _STORES:
+        _STORES[root] = load_runs(root)
+    return _STORES[root]
 
-    return compose_run(["decoder=ar"]).decoder
+
+def _record(run: RunView) -> pd.Series | None:
+    """The run as the store reads it (results.runs): its pairing key, facts and status."""
+    store = _store(run.dir.parent.parent)
+    rows = store[store["run_id"] == run.run_id] if not store.empty else store
+    return None if rows.empty else rows.iloc[0]
 
 
 def is_ar(run: RunView) -> bool:
-    return run.summary.get("decoder_family") == "ar"
+    record = _record(run)
+    return record is not None and bool(record["is_ar"])
 
 
-_OPENED: dict[Path, RunView] = {}  # runs read during one score() call (they do not change meanwhile)
+def _why_not(root: Path, run_id: str | None) -> str:
+    if run_id is None:
+        return "the run's env.json records no prompt-set hash, so its AR run cannot be named"
+    if not (root / "runs" / run_id / "config.yaml").exists():
+        return f"run {run_id} does not exist"
+    return f"run {run_id} is not finished; re-run its command to finish it"
 
 
-def _open_run_with_samples(root: Path, run_id: str) -> tuple[Optional[RunView], str]:
+def comparison_runs(run: RunView, seed_offset: int) -> tuple[tuple[str | None, str], tuple[str | None, str]]:
+    """((AR baseline id, why not), (noise-floor AR id, why not)) of a run, as results.pairing finds
+    them in the run's store: the id when that run is there and usable; otherwise the id it would
+    have and why it cannot be used yet."""
+    root = run.dir.parent.parent
+    store, record = _store(root), _record(run)
+    if record is None:
+        return (None, f"run {run.run_id} is not in {root}"), (None, f"run {run.run_id} is not in {root}")
+    baseline = find_baseline(record, store)
+    ar = (baseline["run_id"], "") if baseline is not None else (None, _why_not(root, record["pair_key"]))
+    floor_run = find_noise_floor(record, store, seed_offset)
+    if floor_run is not None:
+        floor = (floor_run["run_id"], "")
+    else:
+        facts = record.get("sample_facts")
+        expected = pair_key(SampleFacts(**facts), seed_offset) if isinstance(facts, dict) else None
+        floor = (None, _why_not(root, expected))
+    return ar, floor
+
+
+def _open_run_with_samples(root: Path, run_id: str) -> RunView:
     folder = root / "runs" / run_id
-    if folder in _OPENED:
-        return _OPENED[folder], ""
-    if not (folder / "config.yaml").exists():
-        return None, f"run {run_id} does not exist"
-    try:
+    if folder not in _OPENED:
         _OPENED[folder] = open_run(folder)
-        return _OPENED[folder], ""
-    except UserError as error:
-        return None, str(error)
+    return _OPENED[folder]
 
 
 # ---------------------------------------------------------------- scoring one run with one evaluator
@@ -216,12 +239,17 @@ def _comparisons(
     pending: list[str] = []
     extra: dict = {}
 
-    def vectors_of(other_id: str, what: str) -> np.ndarray | None:
+    def vectors_of(found: tuple[str | None, str], what: str) -> np.ndarray | None:
+        other_id, why = found
         if other_id == run.run_id:
             return vectors
-        other, why = _open_run_with_samples(root, other_id)
-        if other is None:
+        if other_id is None:
             pending.append(f"{what}: {why}")
+            return None
+        try:
+            other = _open_run_with_samples(root, other_id)
+        except UserError as error:
+            pending.append(f"{what}: {error}")
             return None
         missing = {tuple(k) for k in keys.tolist()} - {s.key for s in other.samples}
         if missing:
@@ -233,10 +261,10 @@ def _comparisons(
             return None
         return cached_vectors(twin, other, keys)
 
-    ar_id = ar_run_id(run)
-    floor_id = ar_run_id(run, config.floor_seed_offset)
-    ar = vectors_of(ar_id, "paired_vs_ar") if not is_ar(run) else vectors
-    floor = vectors_of(floor_id, "noise_floor")
+    found_ar, found_floor = comparison_runs(run, config.floor_seed_offset)
+    ar_id, floor_id = found_ar[0], found_floor[0]
+    ar = vectors_of(found_ar, "paired_vs_ar") if not is_ar(run) else vectors
+    floor = vectors_of(found_floor, "noise_floor")
     floor_how = (
         f"AR at seed {run.config.seed + config.floor_seed_offset} against AR at seed {run.config.seed}: "
         "same model, prompts, sampling and N; only the seeds differ"
@@ -372,6 +400,7 @@ def score(
 
     env_flag_offline()
     _OPENED.clear()
+    _STORES.clear()
     runs = [open_run(d) for d in run_dirs]
     runs.sort(key=lambda r: (not is_ar(r), r.run_id))
     outcomes = []

@@ -36,9 +36,9 @@ from sjdbench.report.tables import (
     with_numbers,
 )
 from sjdbench.results.pairing import pair_all
-from sjdbench.results.runs import USABLE, load_runs, load_samples, load_scores
-from sjdbench.results.select import Filters, parse_filters, select_runs
-from sjdbench.results.store import atomic_write_bytes, atomic_write_json, atomic_write_text
+from sjdbench.results.runs import load_runs, load_samples, load_scores
+from sjdbench.results.select import Selection, parse_selection, select_runs
+from sjdbench.results.store import USABLE, atomic_write_bytes, atomic_write_json, atomic_write_text
 
 LOSSLESS_NOTE = (
     "lossless: every part of the decoder claims to keep AR's distribution with the knobs it was given "
@@ -126,17 +126,21 @@ class Collected:
     pairings: pd.DataFrame
 
 
-def collect(filters: Filters) -> Collected:
-    selected = select_runs(load_runs(filters.root), filters)
+def collect(selection: Selection) -> Collected:
+    """The selected runs with their AR baselines (results.select), their samples, scores and speedups,
+    each run paired against its baseline in the whole store (results.pairing), as every command pairs."""
+    store = load_runs(selection.root)
+    selected = select_runs(store, selection)
     runs = selected[selected["status"].isin(USABLE)].reset_index(drop=True)
     if runs.empty:
         raise UserError(
-            f"the runs matching {filters.describe()} hold no samples yet ({len(selected)} runs); run "
+            f"the runs matching {selection.describe()} hold no samples yet ({len(selected)} runs); run "
             "their commands first"
         )
     samples_all = load_samples(selected)
     samples = samples_all[samples_all["run_id"].isin(runs["run_id"])]
-    return Collected(selected, runs, samples_all, samples, load_scores(runs), pair_all(runs, samples))
+    pairings = pair_all(runs, samples, store[store["status"].isin(USABLE)])
+    return Collected(selected, runs, samples_all, samples, load_scores(runs), pairings)
 
 
 def build_report(
@@ -147,7 +151,7 @@ def build_report(
     progress: Callable[[str], None] | None = None,
     figures: bool = True,
 ) -> Report:
-    filters = parse_filters(words)
+    filters = parse_selection(words, command="report")
     out = Path(out) if out else filters.root / "report"
     progress = progress or (lambda line: None)
     warnings = []

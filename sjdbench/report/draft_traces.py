@@ -45,7 +45,7 @@ def record_run(run_dir: Path, prompts: int, progress: Callable[[str], None] | No
 
     Refuses (UserError, one line) when today's code would not rebuild the run's decoder, weights or
     sampling, or when the run's device is not available here."""
-    from sjdbench.config.schema import decoder_spec
+    from sjdbench.config.schema import check_config
     from sjdbench.models.registry import build_adapter, weights_fingerprint
     from sjdbench.run.runner import resolve_sampling
 
@@ -53,7 +53,7 @@ def record_run(run_dir: Path, prompts: int, progress: Callable[[str], None] | No
     env = json.loads((run_dir / "env.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
     config = _run_config(run_dir)
-    spec = decoder_spec(config)
+    spec = check_config(config)
     if spec.identity() != summary.get("decoder_spec"):
         raise UserError(
             f"{run_dir.name}: this sjdbench builds a different decoder from its config.yaml than the "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sjdbench.results.pairing import BOOTSTRAP_RESAMPLES
-from sjdbench.results.runs import USABLE
+from sjdbench.results.store import USABLE
 
 
 def _values(runs: pd.DataFrame, column: str) -> list[str]:
@@ -158,9 +158,9 @@ def timing_warnings(runs: pd.DataFrame, samples: pd.DataFrame, pairings: pd.Data
                 runs.set_index("run_id").get("samples_per_prompt", pd.Series(dtype=float)).get(pairing.run_id, 1)
             )
             prompts = int(counts.get(pairing.run_id, 0) // max(int(per_prompt or 1), 1))
-            if 0 < pairing.n_pairs < prompts:
+            if 0 < pairing.speedup_n < prompts:
                 out.append(
-                    f"note: {labels[pairing.run_id]}: its speedup pairs {pairing.n_pairs} of its {prompts} prompts "
+                    f"note: {labels[pairing.run_id]}: its speedup pairs {pairing.speedup_n} of its {prompts} prompts "
                     "(the AR run holds fewer)"
                 )
     return out

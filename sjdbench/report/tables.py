@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from sjdbench.results.decoders import setting_name
-from sjdbench.results.pairing import find_baseline, geometric_mean_ci, per_prompt_ratios
+from sjdbench.results.pairing import NO_SPEEDUP, find_baseline, speedup
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,7 @@ def quality_digits(values) -> int:
 SPEED_METRICS = [
     Metric("latency_s_mean", "latency (s)", 3, "min"),
     Metric("speedup", "speedup", 2, "max", ci=True),
+    Metric("speedup_n", "N paired", 0),  # prompts the speedup pairs: always shown beside it
     Metric("nfe_mean", "NFE", 1, "min"),
     Metric("step_compression", "step compression", 2, "max"),
     Metric("acceptance_rate", "acceptance", 2, "max"),
@@ -355,12 +356,9 @@ def category_tables(runs: pd.DataFrame, samples: pd.DataFrame, group: tuple[str,
                         )
                     else:
                         ar_id = _baseline_id(run, runs)
-                        ratios = (
-                            per_prompt_ratios(here[here["run_id"] == ar_id], mine) if ar_id else pd.Series(dtype=float)
-                        )
-                        ratios = ratios[np.isfinite(ratios) & (ratios > 0)]
-                        value, lo, hi = geometric_mean_ci(ratios.to_numpy()) if len(ratios) else (np.nan, None, None)
-                        row.update({key: value, f"{key}_lo": lo, f"{key}_hi": hi})
+                        result = speedup(here[here["run_id"] == ar_id], mine) if ar_id else NO_SPEEDUP
+                        value = np.nan if result.value is None else result.value
+                        row.update({key: value, f"{key}_lo": result.lo, f"{key}_hi": result.hi})
                 rows.append(row)
             metrics = [
                 Metric(f"d:{r['run_id']}", _decoder_header(r, decoders), 2, "max", ci=what == "speedup")

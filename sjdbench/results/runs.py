@@ -4,10 +4,14 @@ A run directory holds config.yaml, env.json, samples*.jsonl (one per shard), sum
 last) and, once evaluated, scores/<evaluator>-<protocol_hash>.json. Runs are read from these files
 only, never by re-composing configs, so a report also reads stores written by other versions; runs
 written before run ids followed the built decoder (no `schema` in env.json) are listed as legacy.
+
+`load_runs` is the one reader of the store's runs (report, eval, sweep and run tables, and the
+Python API's `sjdbench.load_runs`); `paired_runs` adds each run's speedup over its AR baseline.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -17,8 +21,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from sjdbench.config.identity import SampleFacts
 from sjdbench.results.decoders import flatten_spec, is_ar, is_greedy, is_lossless, part_chain
-from sjdbench.results.store import RunStore, read_jsonl
+from sjdbench.results.pairing import find_baseline, pair_all, pair_key, timing_of
+from sjdbench.results.store import USABLE, RunStore, read_jsonl, run_status
 
 log = logging.getLogger(__name__)
 
@@ -45,38 +51,6 @@ def _read_yaml(path: Path) -> dict:
         return {}
 
 
-def pair_key(env: dict, config: dict, summary: dict) -> str:
-    """What a decoder run and its AR baseline must share for their samples to be paired: the model
-    (name, options, weights fingerprint), the prompt set (name and content hash), the resolved
-    sampling, the seed, samples per prompt and the device."""
-    model = config.get("model") or {}
-    fields = {
-        "model": [model.get("name", summary.get("model")), model.get("options") or {}, env.get("weights")],
-        "data": [summary.get("data"), env.get("prompts_sha")],
-        "sampling": env.get("sampling"),
-        "seed": config.get("seed", summary.get("seed")),
-        "samples_per_prompt": config.get("samples_per_prompt", 1),
-        "device": env.get("device", summary.get("device")),
-    }
-    return json.dumps(fields, sort_keys=True, default=str)
-
-
-USABLE = ("complete", "finished")  # runs a report uses: all their prompt set, or all their last command asked for
-
-
-def _status(summary: dict | None, env: dict) -> str:
-    """complete: the whole prompt set is stored; finished: every sample the last command asked for
-    (`data.limit`, `data.shard`) is stored, used over the prompts it holds; incomplete: interrupted
-    or not yet run; legacy: written by an older sjdbench."""
-    if env and "schema" not in env:
-        return "legacy"
-    if not summary or not summary.get("n_samples"):
-        return "incomplete"
-    if summary.get("complete") and summary.get("n_samples", 0) >= summary.get("n_wanted", 0):
-        return "complete"
-    return "finished" if summary.get("finished") else "incomplete"
-
-
 def _count_rows(run_dir: Path) -> int:
     return sum(1 for path in run_dir.glob("samples*.jsonl") for _ in read_jsonl(path))
 
@@ -87,7 +61,8 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     summary = _read_json(run_dir / "summary.json")
     env = _read_json(run_dir / "env.json") or {}
     config = _read_yaml(run_dir / "config.yaml")
-    status = _status(summary, env)
+    status = run_status(summary, env)
+    facts = SampleFacts.stored(config, env, summary or {})
     record: dict[str, Any] = dict(summary or {})
     spec = record.get("decoder_spec") or env.get("decoder_spec")
     record.update(
@@ -108,7 +83,9 @@ def read_run(run_dir: Path) -> dict[str, Any]:
             "lossless": bool(record["decoder_lossless"]) if "decoder_lossless" in record else is_lossless(spec),
             "samples_per_prompt": config.get("samples_per_prompt", 1),
             "model_options": (config.get("model") or {}).get("options") or {},
-            "pair_key": pair_key(env, config, record),
+            # what its samples share with its AR baseline, and the baseline's id (results.pairing)
+            "sample_facts": dataclasses.asdict(facts) if facts else None,
+            "pair_key": pair_key(facts),
             "has_draft_traces": (run_dir / DRAFT_TRACES).exists(),
         }
     )
@@ -146,14 +123,21 @@ def _flat_row(row: dict) -> dict:
     return flat
 
 
-def load_samples(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every sample row of the given runs, flat, with the run's identity columns in front."""
+TIMING_COLUMNS = ["prompt_id", "sample", "latency_s", "timing.session", "machine.busy"]  # what pairing reads
+
+
+def load_samples(runs: pd.DataFrame, columns: list[str] | None = None) -> pd.DataFrame:
+    """Every sample row of the given runs, flat, with the run's identity columns in front (only the
+    given row columns, when named)."""
     frames = []
     for run in runs.itertuples(index=False):
         rows = RunStore(Path(run.run_dir).parent.parent, run.run_id).rows()
         if not rows:
             continue
-        frame = pd.DataFrame.from_records([_flat_row(r) for r in rows])
+        flat = [_flat_row(r) for r in rows]
+        if columns is not None:
+            flat = [{k: r.get(k) for k in columns} for r in flat]
+        frame = pd.DataFrame.from_records(flat)
         frame.insert(0, "run_id", run.run_id)
         frame.insert(1, "model", run.model)
         frame.insert(2, "data", run.data)
@@ -163,6 +147,48 @@ def load_samples(runs: pd.DataFrame) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=["run_id", "prompt_id", "sample", "latency_s"])
     return pd.concat(frames, ignore_index=True)
+
+
+def with_baselines(chosen: pd.DataFrame, store: pd.DataFrame) -> pd.DataFrame:
+    """`chosen` and the AR baselines (in `store`) of its runs."""
+    ids = set(chosen["run_id"])
+    for _, run in chosen.iterrows():
+        baseline = find_baseline(run, store)
+        if baseline is not None:
+            ids.add(baseline["run_id"])
+    return store[store["run_id"].isin(ids)]
+
+
+def paired_runs(chosen: pd.DataFrame, store: pd.DataFrame, timing: bool = False) -> pd.DataFrame:
+    """The pairings (results.pairing.pair_all) of the chosen runs against their baselines in the
+    store, reading only the rows' timing columns; with `timing`, also how far each speedup can be
+    trusted (results.pairing.timing_of: paired, paired_samples, samples, busy_samples)."""
+    samples = load_samples(with_baselines(chosen, store), columns=TIMING_COLUMNS)
+    pairings = pair_all(chosen, samples, store)
+    if timing:
+        by_run = dict(list(samples.groupby("run_id"))) if not samples.empty else {}
+        empty = samples.iloc[0:0]
+        trust = [
+            timing_of(by_run.get(p.ar_run_id, empty), by_run.get(p.run_id, empty))
+            for p in pairings.itertuples(index=False)
+        ]
+        pairings = pd.concat([pairings, pd.DataFrame(trust, index=pairings.index)], axis=1)
+    return pairings
+
+
+def speedups(root: Path, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """run_id -> its pairing (ar_run_id, speedup, speedup_lo, speedup_hi, speedup_n, and the timing
+    trust of `paired_runs`), each run paired against the whole store at root: what `run`, `sweep`
+    and `eval` print (and `report` computes the same way)."""
+    store = load_runs(root)
+    if store.empty:
+        return {}
+    chosen = store[store["run_id"].isin(run_ids) & store["status"].isin(USABLE)]
+    if chosen.empty:
+        return {}
+    usable = store[store["status"].isin(USABLE)]
+    pairings = paired_runs(chosen, usable, timing=True).astype(object).where(lambda f: f.notna(), None)
+    return {row["run_id"]: row.to_dict() for _, row in pairings.iterrows()}
 
 
 SCORE_COLUMNS = [

@@ -1,18 +1,29 @@
-"""Which runs a report covers, from words in the override style the other commands use:
+"""Which runs a command works on: one grammar for `sjdbench eval`, `sjdbench report` and the Python
+API's `sjdbench.load_runs`, in the override style of the other commands:
 
     sjdbench report model=toy data=toy decoder=sjd,sjd_vp decoder.window=16,32
     sjdbench report 9cd9ee6291f1                 # the runs of one sweep (or sweep=<id>)
-    sjdbench report decoder.proposal.lam=0.25 decoder/verifier=lantern results_dir=/data/results
+    sjdbench eval results/runs/toy-sjd-d007ce88f04b results_dir=results
+    sjdbench eval 'toy-sjd-*' decoder/topology=tree decoder.verifier.delta=0.2 decoder_lossless=true
 
-Values are comma-separated alternatives and may use shell-style globs (decoder='sjd*'). Decoder
-filters pick decoder runs; the AR baselines those runs pair with are always kept, since every
-speedup needs one.
+Words:
+- `key=value`: values are comma-separated alternatives and may use shell-style globs
+  (decoder='sjd*'); numbers match numerically, true/false and null as written. Keys: model, data,
+  seed, device, decoder (a preset, family or full label), window, growth_steps, run_id, sweep,
+  decoder/<part> or decoder.<part> (proposal, verifier, init, topology: the part's name),
+  decoder.<part>.<knob>, decoder.growth_reading, results_dir (the store), and every other field of
+  summary.json (decoder_family=sjd, decoder_lossless=false, n_samples=8, ...). Other keys are refused
+  with the list of valid ones.
+- a run folder, a sweep folder or a results folder; a sweep id; a run id or a pattern of one.
+
+Filters on the decoder (decoder, window, growth_steps, the parts and their knobs, run ids) choose
+decoder runs; every other filter applies to AR runs too. Commands that need baselines (report, the
+Python API) add the AR baseline of each chosen run (results.pairing.find_baseline).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,72 +32,141 @@ import pandas as pd
 import yaml
 
 from sjdbench.errors import UserError
+from sjdbench.results.decoders import KINDS
+from sjdbench.results.root import WORD, results_root, split_results_dir
+from sjdbench.results.runs import with_baselines
+from sjdbench.results.store import USABLE
+from sjdbench.results.summary import SUMMARY_FIELDS
 
-RUN_KEYS = {"model": "model", "data": "data", "seed": "seed", "device": "device"}  # key -> runs column
-DECODER_ALIASES = {
+SWEEP_ID = re.compile(r"[0-9a-f]{12}")
+ALIASES = {  # filter key -> runs column
+    "run": "run_id",
     "window": "spec.window",
     "decoder.window": "spec.window",
     "growth_steps": "spec.growth.steps",
     "decoder.growth_steps": "spec.growth.steps",
     "decoder.growth_reading": "spec.growth.reading",
+    # the parts' claim: summary.json's decoder_lossless, derived from the stored parts for older runs
+    "decoder_lossless": "lossless",
+    "lossless": "lossless",
 }
-SWEEP_ID = re.compile(r"[0-9a-f]{12}")
+DECODER_SIDE = {"decoder", "run_id", "decoder_preset", "decoder_family", "decoder_spec"}
+NAMED_KEYS = (
+    "model",
+    "data",
+    "seed",
+    "device",
+    "decoder",
+    "window",
+    "growth_steps",
+    "run_id",
+    "sweep",
+    "decoder/<part>",
+    "decoder.<part>[.<knob>]",
+    "decoder.growth_reading",
+    WORD,
+)
 
 
 @dataclass
-class Filters:
+class Selection:
+    """Parsed words: the store, filters on every run and on decoder runs, sweeps, and run ids named
+    exactly (a run folder or a full id, which must be usable where a command needs them to be)."""
+
     root: Path
-    run: dict[str, list[str]] = field(default_factory=dict)  # runs column -> allowed values (AR included)
+    run: dict[str, list[str]] = field(default_factory=dict)  # runs column -> patterns (AR runs included)
     decoder: dict[str, list[str]] = field(default_factory=dict)  # decoder-side columns (AR runs exempt)
     sweeps: list[str] = field(default_factory=list)
+    named: list[str] = field(default_factory=list)  # run ids named exactly (folders, full ids)
+    words: list[str] = field(default_factory=list)  # as typed, for messages
 
     def describe(self) -> str:
-        words = [f"{k}={','.join(v)}" for k, v in {**self.run, **self.decoder}.items()]
-        words += [f"sweep={s}" for s in self.sweeps]
-        return " ".join(words) or "(all runs)"
+        return " ".join(self.words) or "(all runs)"
 
 
-def default_root() -> Path:
-    return Path(os.environ.get("SJDBENCH_RESULTS") or "results")
+def _column(key: str) -> tuple[str, bool] | None:
+    """(runs column, decoder side) of a filter key; None for an unknown key."""
+    if key in ALIASES:
+        return ALIASES[key], True
+    match = re.fullmatch(r"decoder[./](\w+)", key)
+    if match and match.group(1) in KINDS:
+        return f"spec.{match.group(1)}.name", True
+    match = re.fullmatch(r"decoder\.(\w+)((?:\.\w+)+)", key)
+    if match and match.group(1) in KINDS:
+        return f"spec.{match.group(1)}{match.group(2)}", True
+    if key in SUMMARY_FIELDS:
+        return key, key in DECODER_SIDE or key in ("window", "growth_steps")
+    return None
 
 
-def parse_filters(words: list[str], root: Path | None = None) -> Filters:
-    """Words -> Filters; UserError names the word and the keys that exist."""
-    filters = Filters(root or default_root())
+def _unknown(key: str, command: str | None) -> UserError:
+    others = ", ".join(f for f in SUMMARY_FIELDS if f not in NAMED_KEYS)
+    what = f"{command} filter" if command else "filter"
+    return UserError(f"unknown {what} '{key}'; use {', '.join(NAMED_KEYS)}, or a summary.json field: {others}")
+
+
+def parse_selection(words: list[str], results_dir: str | None = None, command: str | None = None) -> Selection:
+    """Words -> Selection (the store: results_dir=, --results-dir, the folders named, else the
+    default root); UserError names the word and what would be valid (command: named in messages)."""
+    words, named_root = split_results_dir(list(words), results_dir)
+    roots: list[Path] = [Path(named_root)] if named_root else []
+    selection = Selection(Path("."), words=list(words))
+    bare: list[str] = []
     for word in words:
         key, eq, value = word.partition("=")
         if not eq:
-            if SWEEP_ID.fullmatch(word):
-                filters.sweeps.append(word)
-                continue
-            raise UserError(
-                f"'{word}' is neither a filter nor a sweep id; write key=value (e.g. model=toy "
-                "decoder=sjd,sjd_vp) or a 12-character sweep id"
-            )
+            path = Path(word).expanduser()
+            if (path / "config.yaml").exists() or (path / "summary.json").exists():
+                roots.append(path.parent.parent)
+                selection.named.append(path.name)
+                selection.decoder.setdefault("run_id", []).append(path.name)
+            elif (path / "sweep.yaml").exists():
+                roots.append(path.parent.parent)
+                selection.sweeps.append(path.name)
+            elif (path / "runs").is_dir():
+                roots.append(path)
+            elif SWEEP_ID.fullmatch(word):
+                selection.sweeps.append(word)
+            else:
+                bare.append(word)
+            continue
+        key = key.lstrip("+")
         values = [v for v in value.split(",") if v != ""]
         if not values:
             raise UserError(f"{key}= needs a value, e.g. {key}=<value>")
-        key = key.lstrip("+")
-        if key == "results_dir":
-            filters.root = Path(value)
-        elif key == "sweep":
-            filters.sweeps.extend(values)
-        elif key in RUN_KEYS:
-            filters.run[RUN_KEYS[key]] = values
-        elif key in ("decoder", "run_id", "run"):
-            filters.decoder["decoder" if key == "decoder" else "run_id"] = values
-        elif key in DECODER_ALIASES:
-            filters.decoder[DECODER_ALIASES[key]] = values
-        elif re.fullmatch(r"decoder[./](proposal|verifier|init)", key):
-            filters.decoder[f"spec.{key[8:]}.name"] = values
-        elif re.fullmatch(r"decoder\.(proposal|verifier|init)(\.\w+)+", key):
-            filters.decoder[f"spec.{key[8:]}"] = values
-        else:
+        if key == "sweep":
+            selection.sweeps.extend(values)
+            continue
+        found = _column(key)
+        if found is None:
+            raise _unknown(key, command)
+        column, decoder_side = found
+        (selection.decoder if decoder_side else selection.run)[column] = values
+    distinct = list(dict.fromkeys(r.resolve() for r in roots))
+    if len(distinct) > 1:
+        raise UserError(
+            f"the runs named are in {len(distinct)} stores ({', '.join(map(str, distinct))}); "
+            f"select from one store at a time ({WORD}=DIR)"
+        )
+    selection.root = roots[0] if roots else results_root()
+    for word in bare:  # run ids and patterns of them, under the store's runs/
+        if not _looks_like_run(selection.root, word):
             raise UserError(
-                f"unknown report filter '{key}'; use model, data, decoder, seed, device, window, "
-                "growth_steps, decoder.<proposal|verifier|init>[.<knob>], run_id, sweep or results_dir"
+                f"'{word}' is neither a filter nor a sweep id, and is neither a run id in {selection.root / 'runs'} "
+                "nor a run, sweep or results folder; write key=value (e.g. model=toy decoder=sjd,sjd_vp), a run id "
+                "or pattern (e.g. 'toy-sjd-*'), or a 12-character sweep id"
             )
-    return filters
+        if not any(ch in word for ch in "*?["):
+            selection.named.append(word)
+        selection.decoder.setdefault("run_id", []).append(word)
+    return selection
+
+
+def _looks_like_run(root: Path, word: str) -> bool:
+    runs = root / "runs"
+    if (runs / word).is_dir():
+        return True
+    return runs.is_dir() and any(fnmatch.fnmatchcase(p.name, word) for p in runs.iterdir() if p.is_dir())
 
 
 def _matches(value, patterns: list[str]) -> bool:
@@ -109,8 +189,13 @@ def _column_mask(runs: pd.DataFrame, column: str, patterns: list[str]) -> pd.Ser
         names = [c for c in ("decoder", "decoder_preset", "decoder_family") if c in runs]
         return runs[names].apply(lambda row: any(_matches(row[c], patterns) for c in names), axis=1)
     if column not in runs:
-        return pd.Series(False, index=runs.index)
-    return runs[column].apply(lambda v: _matches(v, patterns))
+        values = pd.Series(None, index=runs.index, dtype=object)
+    else:
+        values = runs[column]
+    if column == "spec.topology.name":  # a chain decoder's spec leaves its topology out (its id predates parts)
+        windowed = ~runs["is_ar"].fillna(False).astype(bool)
+        values = values.where(values.notna() | ~windowed, "chain")
+    return values.apply(lambda v: _matches(v, patterns))
 
 
 def sweep_run_ids(root: Path, sweep_id: str) -> set[str]:
@@ -122,28 +207,26 @@ def sweep_run_ids(root: Path, sweep_id: str) -> set[str]:
     return {run["run_id"] for run in doc.get("runs", [])}
 
 
-def select_runs(runs: pd.DataFrame, filters: Filters) -> pd.DataFrame:
-    """The runs the filters pick (every status), plus the AR runs the chosen decoders pair with.
-    UserError when nothing matches, naming what the store holds."""
+def select_runs(runs: pd.DataFrame, selection: Selection, baselines: bool = True) -> pd.DataFrame:
+    """The runs the selection picks (every status) from a frame of `results.runs.load_runs`, plus,
+    with `baselines`, the AR baseline of each chosen decoder run. UserError when nothing matches,
+    naming what the store holds."""
     if runs.empty:
-        raise UserError(f"no runs in {filters.root / 'runs'}; run `sjdbench sweep ...` first or pass results_dir=<dir>")
+        raise UserError(f"no runs in {selection.root / 'runs'}; run `sjdbench sweep ...` first or pass {WORD}=<dir>")
     keep = pd.Series(True, index=runs.index)
-    if filters.sweeps:
-        wanted = set().union(*(sweep_run_ids(filters.root, s) for s in filters.sweeps))
+    if selection.sweeps:
+        wanted = set().union(*(sweep_run_ids(selection.root, s) for s in selection.sweeps))
         keep &= runs["run_id"].isin(wanted)
-    for column, patterns in filters.run.items():
+    for column, patterns in selection.run.items():
         keep &= _column_mask(runs, column, patterns)
-    decoder_keep = pd.Series(True, index=runs.index)
-    for column, patterns in filters.decoder.items():
-        decoder_keep &= _column_mask(runs, column, patterns)
-    is_ar = runs["is_ar"].fillna(False).astype(bool)
-    if filters.decoder:  # AR runs only as the baselines of the chosen decoders (or when asked for)
-        partners = set(runs.loc[keep & decoder_keep & ~is_ar, "pair_key"])
-        chosen = keep & (decoder_keep | (is_ar & runs["pair_key"].isin(partners)))
-    else:
-        chosen = keep
-    if not (keep & decoder_keep).any():
+    for column, patterns in selection.decoder.items():
+        keep &= _column_mask(runs, column, patterns)
+    if not keep.any():
         held = {c: sorted({str(v) for v in runs[c].dropna()}) for c in ("model", "data", "decoder") if c in runs}
         inventory = "; ".join(f"{c}: {', '.join(v[:12])}{' ...' if len(v) > 12 else ''}" for c, v in held.items())
-        raise UserError(f"no runs match {filters.describe()} in {filters.root}; the store has {inventory}")
-    return runs[chosen].reset_index(drop=True)
+        raise UserError(f"no runs match {selection.describe()} in {selection.root}; the store has {inventory}")
+    chosen = runs[keep]
+    if baselines:
+        usable = runs[runs["status"].isin(USABLE)]
+        chosen = runs[runs["run_id"].isin(set(chosen["run_id"]) | set(with_baselines(chosen, usable)["run_id"]))]
+    return chosen.reset_index(drop=True)

@@ -26,8 +26,6 @@ import json
 import logging
 import os
 import platform
-import subprocess
-import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -38,16 +36,11 @@ from sjdbench.errors import UserError
 log = logging.getLogger(__name__)
 
 MARKER = "store.json"  # at the results root: {"schema": n}, the newest schema that wrote here
+SCHEMA = 2  # of the store, run ids, env.json and summary.json; 1 = ids hashed the whole decoder config
 
 
 class StoreError(UserError):
     """A write to the results store failed; the message names the file and the fix."""
-
-
-def _schema() -> int:
-    from sjdbench.config.identity import SCHEMA
-
-    return SCHEMA
 
 
 def describe_os_error(error: OSError, path: Path) -> str:
@@ -192,14 +185,14 @@ def _newer_schema(path: Path) -> int | None:
         schema = json.loads(path.read_text()).get("schema")
     except (OSError, ValueError, AttributeError):
         return None
-    return schema if isinstance(schema, int) and schema > _schema() else None
+    return schema if isinstance(schema, int) and schema > SCHEMA else None
 
 
 def refuse_newer(path: Path, what: str) -> None:
     schema = _newer_schema(path)
     if schema is not None:
         raise UserError(
-            f"{what} was written by a newer sjdbench (schema {schema}; this one reads up to {_schema()}); "
+            f"{what} was written by a newer sjdbench (schema {schema}; this one reads up to {SCHEMA}); "
             "upgrade sjdbench (pip install -U sjdbench) or choose another results_dir"
         )
 
@@ -233,7 +226,7 @@ def mark_root(root: Path) -> None:
     """Record (once) which schema writes this store; newer readers keep it, older ones refuse."""
     marker = Path(root) / MARKER
     if not marker.exists():
-        atomic_write_json(marker, {"schema": _schema()})
+        atomic_write_json(marker, {"schema": SCHEMA})
 
 
 @contextlib.contextmanager
@@ -258,11 +251,27 @@ def _flock(path: Path, blocking: bool) -> Iterator[bool]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
+USABLE = ("complete", "finished")  # the statuses of runs that are scored, reported and paired
+
+
 def holds_final_samples(summary: dict | None) -> bool:
     """Whether a run can be scored and reported: its whole prompt set is stored (`complete`), or every
     sample the command that last wrote it asked for (`finished`: a `data.limit` run). An interrupted
     run is neither until its command is re-run."""
     return bool(summary) and bool(summary.get("n_samples")) and bool(summary.get("complete") or summary.get("finished"))
+
+
+def run_status(summary: dict | None, env: dict | None) -> str:
+    """complete: the whole prompt set is stored; finished: every sample the last command asked for
+    (`data.limit`, `data.shard`) is stored, used over the prompts it holds; incomplete: interrupted
+    or not yet run; legacy: written by an older sjdbench (`sjdbench migrate` re-keys it)."""
+    if env and "schema" not in env:
+        return "legacy"
+    if not holds_final_samples(summary):
+        return "incomplete"
+    if summary.get("complete") and summary.get("n_samples", 0) >= summary.get("n_wanted", 0):
+        return "complete"
+    return "finished" if summary.get("finished") else "incomplete"
 
 
 class RunStore:
@@ -342,51 +351,3 @@ class RunStore:
             if summary.get("n_samples"):
                 atomic_write_json(self.summary_path, summary)
         return summary
-
-
-def git_commit() -> str | None:
-    try:
-        here = Path(__file__).resolve().parent
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def environment(device: str, dtype: str = "float32") -> dict:
-    import torch
-
-    from sjdbench.run.machine import cpu_model, cpus_available, gpu_model
-
-    info = {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "torch": torch.__version__,
-        "device": device,
-        "dtype": dtype,
-        "torch_threads": torch.get_num_threads(),
-        "cpu_count": os.cpu_count(),
-        "cpus_available": cpus_available(),
-        "cpu": cpu_model(),
-        "git_commit": git_commit(),
-    }
-    gpu = gpu_model(device)
-    if gpu:
-        info["gpu"] = gpu
-    try:
-        from importlib.metadata import version
-
-        info["sjdbench"] = version("sjdbench")
-    except Exception:  # noqa: BLE001 - metadata is optional (source checkout)
-        info["sjdbench"] = None
-    return info
-
-
-def load_runs(root: Path) -> pd.DataFrame:  # noqa: F821
-    """One row per run with its summary (complete or not); for reports and sweeps."""
-    import pandas as pd
-
-    records = []
-    for summary_path in sorted((Path(root) / "runs").glob("*/summary.json")):
-        records.append(json.loads(summary_path.read_text()))
-    return pd.DataFrame.from_records(records)

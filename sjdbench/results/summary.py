@@ -1,4 +1,4 @@
-"""Aggregate per-sample rows into the run summary (field names listed in docs/DESIGN.md).
+"""Aggregate per-sample rows into the run summary: what summary.json holds (`SUMMARY_FIELDS`).
 
 Latency fields come with how far to trust them: `busy_samples` counts rows timed while the machine
 was oversubscribed (see machine.py), `latency_trusted` is true only when no row was and every row
@@ -10,6 +10,50 @@ ratios between them come from the same machine state).
 from __future__ import annotations
 
 import statistics
+
+# summary.json: what the run is (written by the runner, run.runner.summary_of) ...
+RUN_FIELDS = (
+    "run_id",
+    "model",
+    "decoder",  # the label: preset plus the knobs that differ from it
+    "decoder_preset",
+    "decoder_family",
+    "decoder_spec",
+    "decoder_lossless",
+    "window",
+    "growth_steps",
+    "schema",
+    "data",
+    "seed",
+    "device",
+    "n_wanted",
+    "complete",
+    "selection_n",
+    "finished",
+)
+# ... and what its rows measured (`summarize`)
+STAT_FIELDS = (
+    "n_samples",
+    "n_tokens",
+    "nfe_mean",
+    "step_compression",
+    "acceptance_rate",
+    "acceptance_rate_no_fresh",
+    "mean_accepted_length",
+    "latency_s_mean",
+    "latency_s_median",
+    "tokens_per_s",
+    "growth_share",
+    "growth_precision",
+    "growth_share_at_verify",
+    "accept_len_hist",
+    "slot_acceptance",
+    "busy_samples",
+    "latency_trusted",
+    "load_1m_max",
+    "timing_modes",
+)
+SUMMARY_FIELDS = RUN_FIELDS + STAT_FIELDS  # every key of a summary.json of a run that holds samples
 
 
 def _ratio(num: float, den: float) -> float | None:

@@ -18,6 +18,9 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import subprocess
+import sys
+from pathlib import Path
 
 DEFAULT_CPU_THREADS = 1
 
@@ -107,3 +110,41 @@ def snapshot(device: str, load_before: float | None = None) -> dict:
         "gpu": gpu_model(device),
         "host": platform.node(),
     }
+
+
+def git_commit() -> str | None:
+    """The commit of the sjdbench checkout in use (None outside a git checkout)."""
+    try:
+        here = Path(__file__).resolve().parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(device: str, dtype: str = "float32") -> dict:
+    """What env.json records about the software and the machine a run decodes on."""
+    import torch
+
+    info = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "device": device,
+        "dtype": dtype,
+        "torch_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "cpus_available": cpus_available(),
+        "cpu": cpu_model(),
+        "git_commit": git_commit(),
+    }
+    gpu = gpu_model(device)
+    if gpu:
+        info["gpu"] = gpu
+    try:
+        from importlib.metadata import version
+
+        info["sjdbench"] = version("sjdbench")
+    except Exception:  # noqa: BLE001 - metadata is optional (source checkout)
+        info["sjdbench"] = None
+    return info

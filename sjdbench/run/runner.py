@@ -2,10 +2,11 @@
 (prompt, sample) not yet stored, and write rows, images and the summary. Re-running the same
 command resumes; a complete run is reported, not redone.
 
-Everything that can be wrong with the input is checked by `preflight` before any model loads
-(prompt file, device, weight files, sampling ranges, results folder, store schema), so a typo
-costs a second, not a model load. Each sample is timed by `timed_decode` (device-synchronised,
-with the machine's state); `make bench` times through the same function.
+Everything that can be wrong with the input is checked by `sjdbench.config.spec.resolve_run` before
+any model loads (prompt file, device, weight files, sampling ranges, results folder, store schema),
+so a typo costs a second, not a model load; the runner works from the `RunSpec` it returns. Each
+sample is timed by `timed_decode` (device-synchronised, with the machine's state); `make bench`
+times through the same function.
 
 Timing modes, recorded in every row as `timing = {mode, session}`:
 - `single`: one run decodes its prompts on its own (`sjdbench run`);
@@ -28,31 +29,16 @@ from typing import Any, Optional
 import torch
 
 from sjdbench.adapter import Sampling
-from sjdbench.config.identity import SCHEMA, family, label, run_id_for
-from sjdbench.config.schema import (
-    RunConfig,
-    check_sampling,
-    decoder_spec,
-    model_sampling_options,
-    results_root,
-    to_yaml,
-)
-from sjdbench.data.prompts import Prompt, load_prompt_set
+from sjdbench.config.schema import RunConfig, check_sampling, to_yaml
+from sjdbench.config.spec import RunSpec, resolve_run
+from sjdbench.data.prompts import Prompt
 from sjdbench.decoding.build import resolved_settings
 from sjdbench.decoding.loop import Decoder, DecodeResult, jacobi_decode
 from sjdbench.errors import Interrupted, NonFiniteLogits
-from sjdbench.models.registry import (
-    build_adapter,
-    check_options,
-    image_token_count,
-    remote_device,
-    resolve_device,
-    verify_weights,
-    weights_fingerprint,
-)
-from sjdbench.results.store import RunStore, StoreError, check_results_root, environment, save_png
+from sjdbench.models.registry import build_adapter
+from sjdbench.results.store import SCHEMA, RunStore, StoreError, save_png
 from sjdbench.results.summary import summarize
-from sjdbench.run.machine import apply_threads, load_1m, snapshot
+from sjdbench.run.machine import apply_threads, environment, load_1m, snapshot
 
 log = logging.getLogger(__name__)
 
@@ -85,31 +71,6 @@ class RunOutcome:
     error: Optional[str] = None  # why it failed (paired runs that go on without it)
 
 
-@dataclass
-class RunPlan:
-    """A run as known before any model loads: all its inputs checked."""
-
-    config: RunConfig
-    run_id: str
-    prompts: list[Prompt]  # the selection: data.limit, then data.shard
-    set_size: int  # prompts in the whole set
-    sha: str
-    device: str
-    weights: Optional[str]
-
-    @property
-    def wanted(self) -> list[tuple[Prompt, int]]:
-        return [(p, s) for p in self.prompts for s in range(self.config.samples_per_prompt)]
-
-    @property
-    def n_set(self) -> int:
-        """Samples in the whole prompt set: the run is complete when all are stored."""
-        return self.set_size * self.config.samples_per_prompt
-
-    def store(self) -> RunStore:
-        return RunStore(results_root(self.config), self.run_id, self.config.data.shard)
-
-
 def sample_seed(run_seed: int, prompt_id: int, sample: int) -> int:
     """One generator per (run seed, prompt, sample): runs are reproducible and pairable."""
     digest = hashlib.sha256(f"{run_seed}:{prompt_id}:{sample}".encode()).digest()
@@ -124,35 +85,6 @@ def resolve_sampling(default: Sampling, overrides) -> Sampling:
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-
-
-def preflight(config: RunConfig, remote_gpus: Optional[int] = None) -> RunPlan:
-    """Every check that needs no model: prompts, device, weight files, sampling ranges against the
-    model's vocabulary, the results folder and the store's schema. Writes nothing.
-
-    remote_gpus: the run will execute on another machine (a Slurm job) with that many GPUs, so the
-    device is resolved as it will be there, not on this machine."""
-    prompt_set = load_prompt_set(config.data)
-    device = resolve_device(config.device) if remote_gpus is None else remote_device(config.device, remote_gpus)
-    options = dict(config.model.options)
-    check_options(config.model.name, options)
-    weights = weights_fingerprint(config.model.name, options)
-    verify_weights(config.model.name, options)
-    image_tokens = image_token_count(config.model.name, options)
-    check_sampling(asdict(config.sampling), "sampling.", image_tokens)
-    check_sampling(model_sampling_options(config), "model.options.", image_tokens)
-    root = results_root(config)
-    check_results_root(root)
-    run_id = run_id_for(config, prompt_set.sha, device.split(":")[0], weights)
-    plan_ = RunPlan(config, run_id, prompt_set.selected, prompt_set.size, prompt_set.sha, device, weights)
-    plan_.store().check_schema()
-    return plan_
-
-
-def plan(config: RunConfig, remote_gpus: Optional[int] = None) -> tuple[str, list[Prompt], str, str]:
-    """(run_id, selected prompts, prompt-set sha, device), after every check of `preflight`."""
-    checked = preflight(config, remote_gpus)
-    return checked.run_id, checked.prompts, checked.sha, checked.device
 
 
 @dataclass
@@ -176,11 +108,12 @@ def timed_decode(
     return TimedDecode(result, latency, snapshot(device, load_before))
 
 
-def load_model(plan_: RunPlan, reporter: Reporter) -> Any:
-    config = plan_.config
-    reporter.model_loading(config.model.name, plan_.device)
+def load_adapter(spec: RunSpec, reporter: Reporter) -> Any:
+    """The run's model, built on its device (the one model load of a run or a group of runs)."""
+    config = spec.config
+    reporter.model_loading(config.model.name, spec.device)
     start = time.perf_counter()
-    adapter = build_adapter(config.model.name, dict(config.model.options), plan_.device)
+    adapter = build_adapter(config.model.name, dict(config.model.options), spec.device)
     reporter.model_loaded(config.model.name, time.perf_counter() - start)
     return adapter
 
@@ -189,56 +122,54 @@ class RunWriter:
     """One run open for writing (its lock held by the caller): the decoder built against the
     model, rows appended as samples finish."""
 
-    def __init__(self, plan_: RunPlan, adapter: Any, timing: dict) -> None:
-        self.plan = plan_
-        self.store = plan_.store()
+    def __init__(self, spec: RunSpec, adapter: Any, timing: dict) -> None:
+        self.spec = spec
+        self.store = spec.store()
         self.adapter = adapter
         self.timing = timing
-        config = plan_.config
         done = self.store.done_keys()
-        self.todo = [(p, s) for p, s in plan_.wanted if (p.prompt_id, s) not in done]
+        self.todo = [(p, s) for p, s in spec.wanted if (p.prompt_id, s) not in done]
         self.new = 0
         if not self.todo:
             return
-        spec = decoder_spec(config)
-        self.decoder = spec.build(adapter)
-        self.sampling = resolve_sampling(adapter.default_sampling, config.sampling)
-        check_sampling(
-            asdict(self.sampling), "sampling.", len(adapter.image_token_ids)
-        )  # models without a pre-load count
+        self.decoder = spec.decoder.build(adapter)
+        self.sampling = resolve_sampling(adapter.default_sampling, spec.config.sampling)
+        # checked again now that the model is here: models without an image-token count before loading
+        check_sampling(asdict(self.sampling), "sampling.", len(adapter.image_token_ids))
         resolved = {
             "sampling": asdict(self.sampling),
-            "weights": plan_.weights,
-            "decoder_spec": spec.identity(),
+            "weights": spec.weights,
+            "decoder_spec": spec.decoder.identity(),
             "schema": SCHEMA,
             **resolved_settings(self.decoder),
         }
-        self.store.prepare(to_yaml(config), {**environment(plan_.device), "prompts_sha": plan_.sha, **resolved})
+        env = {**environment(spec.device), "prompts_sha": spec.prompts_sha, **resolved}
+        self.store.prepare(to_yaml(spec.config), env)
 
     @property
     def done(self) -> int:
-        return len(self.plan.wanted) - len(self.todo) + self.new
+        return len(self.spec.wanted) - len(self.todo) + self.new
 
     def warmup(self) -> None:
         """Untimed decodes: first-call allocations and lazy initialisation stay out of the latencies."""
-        for i in range(self.plan.config.warmup if self.todo else 0):
+        for i in range(self.spec.config.warmup if self.todo else 0):
             jacobi_decode(
                 self.adapter,
                 self.todo[0][0].text,
                 self.decoder,
                 self.sampling,
-                torch.Generator(self.plan.device).manual_seed(i),
+                torch.Generator(self.spec.device).manual_seed(i),
             )
 
     def decode(self, prompt: Prompt, sample: int) -> dict:
-        config, device = self.plan.config, self.plan.device
+        config, device = self.spec.config, self.spec.device
         seed = sample_seed(config.seed, prompt.prompt_id, sample)
         try:
             timed = timed_decode(self.adapter, prompt.text, self.decoder, self.sampling, seed, device)
         except NonFiniteLogits as error:
             shown = prompt.text if len(prompt.text) <= 40 else prompt.text[:39] + "…"
             raise NonFiniteLogits(
-                error.position, f"{prompt.prompt_id} ('{shown}') sample {sample} of run {self.plan.run_id}"
+                error.position, f"{prompt.prompt_id} ('{shown}') sample {sample} of run {self.spec.run_id}"
             ) from None
         result = timed.result
         image_name = f"{prompt.prompt_id:06d}_{sample}.png"
@@ -261,35 +192,35 @@ class RunWriter:
         return row
 
     def finish(self) -> RunOutcome:
-        summary = write_summary(self.plan, self.store)
-        selection_done = self.done == len(self.plan.wanted)
+        summary = write_summary(self.spec, self.store)
+        selection_done = self.done == len(self.spec.wanted)
         status = "complete" if self.new == 0 and selection_done else ("finished" if selection_done else "partial")
-        return RunOutcome(self.plan.run_id, str(self.store.dir), status, summary, self.new)
+        return RunOutcome(self.spec.run_id, str(self.store.dir), status, summary, self.new)
 
 
-def summary_of(plan_: RunPlan, rows: list[dict]) -> dict:
-    """The run's summary over every row present; complete only when the whole prompt set is done."""
-    config = plan_.config
-    in_set = [r for r in rows if r["prompt_id"] < plan_.set_size and r.get("sample", 0) < config.samples_per_prompt]
-    wanted = wanted_keys(plan_)
-    spec = decoder_spec(config)
+def summary_of(spec: RunSpec, rows: list[dict]) -> dict:
+    """The run's summary over every row present; complete only when the whole prompt set is done
+    (its fields are listed in sjdbench.results.summary.SUMMARY_FIELDS)."""
+    config = spec.config
+    in_set = [r for r in rows if r["prompt_id"] < spec.set_size and r.get("sample", 0) < config.samples_per_prompt]
+    wanted = spec.wanted_keys
     return {
         **summarize(in_set),
-        "run_id": plan_.run_id,
+        "run_id": spec.run_id,
         "model": config.model.name,
-        "decoder": label(config),  # the preset plus every knob that differs from it
+        "decoder": spec.label,  # the preset plus every knob that differs from it
         "decoder_preset": config.decoder.name,
-        "decoder_family": family(spec),
-        "decoder_spec": spec.identity(),
-        "decoder_lossless": spec.lossless(),
-        "window": config.decoder.window,
-        "growth_steps": config.decoder.growth_steps,
+        "decoder_family": spec.family,
+        "decoder_spec": spec.decoder.identity(),
+        "decoder_lossless": spec.decoder.lossless(),
+        "window": spec.decoder.window,
+        "growth_steps": spec.decoder.growth_steps,
         "schema": SCHEMA,
         "data": config.data.name,
         "seed": config.seed,
-        "device": plan_.device,
-        "n_wanted": plan_.n_set,  # samples in the whole prompt set
-        "complete": len(in_set) == plan_.n_set,
+        "device": spec.device,
+        "n_wanted": spec.n_set,  # samples in the whole prompt set
+        "complete": len(in_set) == spec.n_set,
         # the selection of the command that wrote this summary (data.limit, data.shard): `finished`
         # when every sample it asked for is stored, so a `data.limit=16` run can be scored and
         # reported over its 16 prompts while an interrupted one cannot
@@ -298,8 +229,8 @@ def summary_of(plan_: RunPlan, rows: list[dict]) -> dict:
     }
 
 
-def write_summary(plan_: RunPlan, store: RunStore) -> dict:
-    return store.write_summary(lambda rows: summary_of(plan_, rows))
+def write_summary(spec: RunSpec, store: RunStore) -> dict:
+    return store.write_summary(lambda rows: summary_of(spec, rows))
 
 
 def new_timing(mode: str) -> dict:
@@ -307,7 +238,7 @@ def new_timing(mode: str) -> dict:
 
 
 def execute_runs(
-    plans: list[RunPlan],
+    specs: list[RunSpec],
     adapter: Any = None,
     reporter: Optional[Reporter] = None,
     timing_mode: str = "single",
@@ -326,12 +257,12 @@ def execute_runs(
     writers: list[RunWriter] = []
     with contextlib.ExitStack() as locks:
         try:
-            stores = [locks.enter_context(p.store().writer()) for p in plans]
-            if any(len(wanted_keys(p) - s.done_keys()) for p, s in zip(plans, stores)):
-                apply_threads(plans[0].config.threads, plans[0].device)
-                adapter = adapter if adapter is not None else load_model(plans[0], reporter)
-            writers = [RunWriter(p, adapter, timing) for p in plans]
-            total = sum(len(w.plan.wanted) for w in writers)
+            stores = [locks.enter_context(spec.store().writer()) for spec in specs]
+            if any(len(spec.wanted_keys - store.done_keys()) for spec, store in zip(specs, stores)):
+                apply_threads(specs[0].config.threads, specs[0].device)
+                adapter = adapter if adapter is not None else load_adapter(specs[0], reporter)
+            writers = [RunWriter(spec, adapter, timing) for spec in specs]
+            total = sum(len(w.spec.wanted) for w in writers)
             reporter.sample_done(sum(w.done for w in writers), total, None)
             for writer in writers:
                 writer.warmup()
@@ -351,7 +282,7 @@ def execute_runs(
                         if not keep_going or isinstance(error, StoreError):
                             raise
                         failed[i] = f"{type(error).__name__}: {error}"
-                        log.warning("run %s failed: %s", writer.plan.run_id, failed[i])
+                        log.warning("run %s failed: %s", writer.spec.run_id, failed[i])
                         continue
                     new += 1
                     reporter.sample_done(sum(w.done for w in writers), total, row)
@@ -360,8 +291,8 @@ def execute_runs(
                 with contextlib.suppress(Exception):
                     writer.finish()
             if isinstance(error, KeyboardInterrupt):
-                finished = sum(len(wanted_keys(p) & p.store().done_keys()) for p in plans)
-                raise Interrupted(finished, sum(len(p.wanted) for p in plans)) from None
+                finished = sum(len(spec.wanted_keys & spec.store().done_keys()) for spec in specs)
+                raise Interrupted(finished, sum(len(spec.wanted) for spec in specs)) from None
             raise
         outcomes = [writer.finish() for writer in writers]
         for i, message in failed.items():
@@ -369,12 +300,8 @@ def execute_runs(
         return outcomes
 
 
-def wanted_keys(plan_: RunPlan) -> set[tuple[int, int]]:
-    return {(p.prompt_id, s) for p, s in plan_.wanted}
-
-
 def execute(
     config: RunConfig, progress: Optional[Reporter] = None, adapter: Any = None, limit_new: Optional[int] = None
 ) -> RunOutcome:
     """Run (or resume) one configuration on its own (timing mode `single`)."""
-    return execute_runs([preflight(config)], adapter, progress, "single", limit_new)[0]
+    return execute_runs([resolve_run(config)], adapter, progress, "single", limit_new)[0]

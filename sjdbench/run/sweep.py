@@ -4,8 +4,8 @@ executor (local, submitit/Slurm, Ray), resumable at the run and prompt level.
     sjdbench sweep decoder=sjd,sjd_vp decoder.window=16,32,64 model=toy data=toy
     sjdbench sweep +sweep=window data.limit=8 --dry-run
 
-Every grid point is composed and checked (everything `runner.preflight` checks: prompts, device,
-weights, sampling ranges, results folder) before anything runs; the AR baseline of every
+Every grid point is composed and checked (everything `config.spec.resolve_run` checks: prompts,
+device, weights, sampling ranges, results folder) before anything runs; the AR baseline of every
 (model, data, seed, sampling) in the grid is added automatically (needed for speedups). A sweep is
 keyed by its set of run ids, so re-running the same command finds the same `sweep.yaml`, skips
 finished runs, and resumes partial ones where they stopped.
@@ -15,7 +15,8 @@ model and prompt selection (each decoder and its AR baseline) prompt by prompt, 
 process, like `make bench`, so their latency ratios come from the same machine state; `single`
 runs one run after another (the default for submitit and Ray, whose jobs are separate runs). A
 paired group is one job on every executor. `latency_comparisons` pairs rows by timing session and
-says when a ratio is not paired.
+says when a ratio is not paired; the speedups themselves are results.pairing's, over the store,
+as `sjdbench report` prints them.
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ import dataclasses
 import hashlib
 import itertools
 import logging
-import math
 import shutil
-import statistics
 import subprocess
 import time
 import traceback
@@ -36,30 +35,16 @@ from typing import Callable, Optional
 
 import yaml
 
-from sjdbench.config.identity import label
-from sjdbench.config.schema import (
-    RunConfig,
-    available_groups,
-    compose_run,
-    group_choices,
-    normalize_overrides,
-    results_root,
-)
+from sjdbench.config.schema import RunConfig, available_groups, compose_run, group_choices, normalize_overrides
+from sjdbench.config.spec import RunSpec, resolve_run
 from sjdbench.errors import UserError
 from sjdbench.paths import conf_dir
+from sjdbench.results.pairing import pair_key
+from sjdbench.results.root import results_root
+from sjdbench.results.runs import speedups
 from sjdbench.results.store import RunStore, atomic_write_json, atomic_write_text
 from sjdbench.run.machine import apply_threads
-from sjdbench.run.runner import (
-    TIMING_MODES,
-    Reporter,
-    RunOutcome,
-    execute_runs,
-    load_model,
-    plan,
-    preflight,
-    wanted_keys,
-    write_summary,
-)
+from sjdbench.run.runner import TIMING_MODES, Reporter, RunOutcome, execute_runs, load_adapter, write_summary
 
 log = logging.getLogger(__name__)
 EXECUTORS = ("local", "submitit", "ray")
@@ -69,10 +54,17 @@ SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
 @dataclass
 class GridPoint:
     overrides: list[str]
-    config: RunConfig
-    run_id: str
+    spec: RunSpec  # the point's run, checked and resolved
     baseline: bool = False  # added automatically as the AR reference
     remote_gpus: Optional[int] = None  # runs as a Slurm job with that many GPUs (device resolved as there)
+
+    @property
+    def config(self) -> RunConfig:
+        return self.spec.config
+
+    @property
+    def run_id(self) -> str:
+        return self.spec.run_id
 
     @property
     def label(self) -> str:
@@ -82,7 +74,7 @@ class GridPoint:
     @property
     def decoder_label(self) -> str:
         """The decoder actually built, named by its preset and the knobs that differ from it."""
-        return label(self.config)
+        return self.spec.label
 
 
 @dataclass
@@ -206,17 +198,16 @@ def build_plan(words: list[str], add_baselines: bool = True, remote_gpus: Option
 
     def add(overrides: list[str], baseline: bool) -> None:
         try:
-            config = compose_run(overrides)
-            run_id, _, _, device = plan(config, remote_gpus)
+            spec = resolve_run(compose_run(overrides), remote_gpus)
         except UserError as error:
             errors.append(f"grid point [{' '.join(overrides)}]: {error}")
             return
-        if remote_gpus is not None and config.device == "auto":
-            overrides = [*overrides, f"device={device}"]
-            config = dataclasses.replace(config, device=device)
-        if (run_id, config.data.shard) not in seen:
-            seen.add((run_id, config.data.shard))
-            points.append(GridPoint(overrides, config, run_id, baseline, remote_gpus))
+        if remote_gpus is not None and spec.config.device == "auto":  # the jobs are told the device
+            overrides = [*overrides, f"device={spec.device}"]
+            spec = dataclasses.replace(spec, config=dataclasses.replace(spec.config, device=spec.device))
+        if (spec.run_id, spec.config.data.shard) not in seen:
+            seen.add((spec.run_id, spec.config.data.shard))
+            points.append(GridPoint(overrides, spec, baseline, remote_gpus))
 
     combos = list(itertools.product(*(grid[k] for k in keys))) if keys else [()]
     for combo in combos:
@@ -226,7 +217,7 @@ def build_plan(words: list[str], add_baselines: bool = True, remote_gpus: Option
         raise UserError(f"{len(errors)} invalid grid point(s), nothing was run: {shown}")
     if add_baselines:
         for point in list(points):
-            if point.config.decoder.window != 1:
+            if not point.spec.decoder.is_ar:
                 add(_baseline_overrides(point.overrides), baseline=True)
         if errors:
             raise UserError(f"{len(errors)} invalid AR baseline(s), nothing was run: {'; '.join(errors[:3])}")
@@ -238,16 +229,14 @@ def sweep_identity(points: list[GridPoint]) -> tuple[str, Path]:
     """(sweep id, folder): a sweep is keyed by its set of runs (and shards)."""
     keys = sorted(f"{p.run_id}:{p.config.data.shard or ''}" for p in points)
     sweep_id = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:12]
-    root = results_root(points[0].config) if points else Path("results")
+    root = points[0].spec.root if points else results_root()
     return sweep_id, root / "sweeps" / sweep_id
 
 
 def run_status(point: GridPoint) -> str:
     """done | partial | todo for the point's prompt selection, from the store alone (no model loaded)."""
-    _, prompts, _, _ = plan(point.config, point.remote_gpus)
-    store = RunStore(results_root(point.config), point.run_id)
-    wanted = {(p.prompt_id, s) for p in prompts for s in range(point.config.samples_per_prompt)}
-    have = len(store.done_keys() & wanted)
+    wanted = point.spec.wanted_keys
+    have = len(RunStore(point.spec.root, point.run_id).done_keys() & wanted)
     if have == len(wanted):
         return "done"
     return "partial" if have else "todo"
@@ -268,55 +257,54 @@ def write_plan(sweep: SweepPlan, executor: str, timing: str) -> None:
 def run_job(job: list[list[str]], timing: str) -> list[dict]:
     """Top-level and picklable: what a submitit/Ray worker executes for one job (runs of one model,
     paired or one after another)."""
-    outcomes = run_group([compose_run(words) for words in job], timing, {})
+    outcomes = run_group([resolve_run(compose_run(words)) for words in job], timing, {})
     return [{"run_id": o.run_id, "status": o.status, "error": o.error, "new_samples": o.new_samples} for o in outcomes]
 
 
-def _model_key(config: RunConfig) -> str:
-    return yaml.safe_dump({"name": config.model.name, "options": dict(config.model.options), "device": config.device})
+def _model_key(spec: RunSpec) -> str:
+    """Runs that can share one loaded model."""
+    config = spec.config
+    return yaml.safe_dump({"name": config.model.name, "options": dict(config.model.options), "device": spec.device})
 
 
-def _pair_key(config: RunConfig) -> str:
-    """Runs compared with each other: same model, device, prompt selection, seed and sampling."""
+def _job_key(spec: RunSpec) -> str:
+    """Runs timed side by side in one paired job: those compared with each other (one pairing key,
+    results.pairing), on one loaded model with one thread setting, and of one shard."""
     return yaml.safe_dump(
         {
-            "model": _model_key(config),
-            "data": dataclasses.asdict(config.data),
-            "seed": config.seed,
-            "samples_per_prompt": config.samples_per_prompt,
-            "sampling": dataclasses.asdict(config.sampling),
-            "threads": config.threads,
-            "results": str(results_root(config)),
+            "pair": pair_key(spec.facts),
+            "model": _model_key(spec),
+            "threads": spec.config.threads,
+            "shard": spec.config.data.shard,
         }
     )
 
 
 def run_group(
-    configs: list[RunConfig], timing: str, adapters: dict, reporter: Optional[Reporter] = None
+    specs: list[RunSpec], timing: str, adapters: dict, reporter: Optional[Reporter] = None
 ) -> list[RunOutcome]:
     """Runs of one model: paired (interleaved prompt by prompt) or one after another. `adapters`
     caches loaded models by model key across groups; a failed run never stops the others."""
-    plans = [preflight(config) for config in configs]
-    key = _model_key(configs[0])
-    if key not in adapters and any(wanted_keys(p) - p.store().done_keys() for p in plans):
+    key = _model_key(specs[0])
+    if key not in adapters and any(spec.wanted_keys - spec.store().done_keys() for spec in specs):
         adapters.clear()  # one model in memory at a time
-        apply_threads(configs[0].threads, plans[0].device)
-        adapters[key] = load_model(plans[0], reporter or Reporter())
+        apply_threads(specs[0].config.threads, specs[0].device)
+        adapters[key] = load_adapter(specs[0], reporter or Reporter())
     adapter = adapters.get(key)
     if timing == "paired":
         if reporter is not None:
-            reporter.begin(f"{configs[0].model.name} / paired: " + ", ".join(label(c) for c in configs))
-        return execute_runs(plans, adapter, reporter, timing_mode="paired", keep_going=True)
+            reporter.begin(f"{specs[0].config.model.name} / paired: " + ", ".join(spec.label for spec in specs))
+        return execute_runs(specs, adapter, reporter, timing_mode="paired", keep_going=True)
     outcomes = []
-    for plan_ in plans:
+    for spec in specs:
         try:
             if reporter is not None:
-                reporter.begin(f"{plan_.config.model.name} / {label(plan_.config)}")
-            outcomes += execute_runs([plan_], adapter, reporter, timing_mode="single")
+                reporter.begin(f"{spec.config.model.name} / {spec.label}")
+            outcomes += execute_runs([spec], adapter, reporter, timing_mode="single")
         except Exception as error:  # noqa: BLE001 - record and go on with the sweep
-            log.debug("run %s failed:\n%s", plan_.run_id, traceback.format_exc())
+            log.debug("run %s failed:\n%s", spec.run_id, traceback.format_exc())
             outcomes.append(
-                RunOutcome(plan_.run_id, str(plan_.store().dir), "failed", {}, 0, f"{type(error).__name__}: {error}")
+                RunOutcome(spec.run_id, str(spec.store().dir), "failed", {}, 0, f"{type(error).__name__}: {error}")
             )
     return outcomes
 
@@ -337,12 +325,12 @@ def make_jobs(points: list[GridPoint], timing: str, one_per_point: bool) -> list
     so weights load once) or per point (cluster executors, for parallelism)."""
     if timing == "single" and one_per_point:
         return [[point] for point in points]
-    key = _pair_key if timing == "paired" else _model_key
+    key = _job_key if timing == "paired" else _model_key
     jobs: dict[str, list[GridPoint]] = {}
     for point in points:
-        jobs.setdefault(key(point.config), []).append(point)
-    ordered = [sorted(job, key=lambda p: p.config.decoder.window != 1) for job in jobs.values()]
-    return sorted(ordered, key=lambda job: _model_key(job[0].config))  # jobs of one model in a row
+        jobs.setdefault(key(point.spec), []).append(point)
+    ordered = [sorted(job, key=lambda p: not p.spec.decoder.is_ar) for job in jobs.values()]
+    return sorted(ordered, key=lambda job: _model_key(job[0].spec))  # jobs of one model in a row
 
 
 def _job_results(job: list[GridPoint], outcomes: list[dict], seconds: float) -> list[PointResult]:
@@ -375,7 +363,7 @@ def run_local(
     for job in jobs:
         start = time.perf_counter()
         try:
-            outcomes = run_group([p.config for p in job], timing, adapters, reporter)
+            outcomes = run_group([p.spec for p in job], timing, adapters, reporter)
             done = _job_results(job, [dataclasses.asdict(o) for o in outcomes], time.perf_counter() - start)
         except Exception as error:  # noqa: BLE001 - record and go on with the sweep
             log.debug("job failed:\n%s", traceback.format_exc())
@@ -449,7 +437,7 @@ def submitit_executor(folder: Path, cluster: Optional[str], slurm: dict):
 def job_words(job: list[GridPoint]) -> list[list[str]]:
     """The overrides a worker composes, with the results folder made absolute: a job on another
     machine or in another working directory writes to the same store."""
-    return [[*p.overrides, f"results_dir={results_root(p.config).resolve()}"] for p in job]
+    return [[*p.overrides, f"results_dir={p.spec.root.resolve()}"] for p in job]
 
 
 def run_submitit(jobs: list[list[GridPoint]], tick: Tick, executor, timing: str) -> list[PointResult]:
@@ -512,9 +500,9 @@ def merge_shards(sweep: SweepPlan, results: list[PointResult]) -> list[PointResu
         if run_id in failed:
             continue
         whole = dataclasses.replace(shards[0].config, data=dataclasses.replace(shards[0].config.data, shard=None))
-        checked = preflight(whole, shards[0].remote_gpus)
-        store = RunStore(results_root(whole), run_id)
-        if wanted_keys(checked) <= store.done_keys():
+        checked = resolve_run(whole, shards[0].remote_gpus)
+        store = RunStore(checked.root, run_id)
+        if checked.wanted_keys <= store.done_keys():
             write_summary(checked, store)
             merged.append(PointResult(run_id, "merged"))
     return merged
@@ -555,8 +543,8 @@ def execute_sweep(
         else:
             todo.append(point)
     if todo and timing == "paired":  # a paired group also times the runs of the group that are done
-        todo_keys = {_pair_key(p.config) for p in todo}
-        todo = [p for p in sweep.points if _pair_key(p.config) in todo_keys]
+        todo_keys = {_job_key(p.spec) for p in todo}
+        todo = [p for p in sweep.points if _job_key(p.spec) in todo_keys]
         results = [r for r in results if r.run_id not in {p.run_id for p in todo}]
     if todo:
         jobs = make_jobs(todo, timing, one_per_point=executor != "local")
@@ -573,41 +561,47 @@ def execute_sweep(
     return results
 
 
-def _selected_rows(point: GridPoint) -> dict[tuple[int, int], dict]:
-    _, prompts, _, _ = plan(point.config, point.remote_gpus)
-    wanted = {(p.prompt_id, s) for p in prompts for s in range(point.config.samples_per_prompt)}
-    rows = RunStore(results_root(point.config), point.run_id).rows()
-    return {(r["prompt_id"], r.get("sample", 0)): r for r in rows if (r["prompt_id"], r.get("sample", 0)) in wanted}
-
-
 def latency_comparisons(sweep: SweepPlan) -> dict[str, dict]:
-    """Per decoder run with its AR baseline in the sweep: the latency speedup over AR, the
-    geometric mean of per-sample AR/decoder latency ratios. Paired when every compared sample of
-    the two runs was timed in the same session (interleaved); otherwise `paired` is false and the
-    ratio mixes machine states (a report should say so). Samples timed on a busy machine are
-    counted."""
-    baselines = {_pair_key(p.config): p for p in sweep.points if p.config.decoder.window == 1}
+    """Per decoder run of the sweep that has an AR baseline in the store: its speedup (results.pairing:
+    geometric mean over prompts of paired AR/decoder latency ratios, bootstrap 95 % CI, N prompts),
+    and how far to trust it: `paired` when every compared sample of the two runs was timed in the
+    same session (interleaved), else the ratio mixes machine states (the CLI marks it); samples
+    timed on a busy machine are counted."""
+    decoders = [p for p in sweep.points if not p.spec.decoder.is_ar]
+    if not decoders:
+        return {}
+    pairings = speedups(sweep.points[0].spec.root, [p.run_id for p in decoders])
     out = {}
-    for point in sweep.points:
-        base = baselines.get(_pair_key(point.config))
-        if point.config.decoder.window == 1 or base is None:
+    for point in decoders:
+        pairing = pairings.get(point.run_id)
+        if pairing is None or pairing["speedup"] is None:
             continue
-        mine, theirs = _selected_rows(point), _selected_rows(base)
-        common = sorted(set(mine) & set(theirs))
-        if not common:
-            continue
-        session = lambda row: (row.get("timing") or {}).get("session")  # noqa: E731
-        paired = [k for k in common if session(mine[k]) is not None and session(mine[k]) == session(theirs[k])]
-        used = paired or common
-        ratios = [theirs[k]["latency_s"] / mine[k]["latency_s"] for k in used if mine[k]["latency_s"] > 0]
-        busy = sum(bool((row.get("machine") or {}).get("busy")) for k in used for row in (mine[k], theirs[k]))
+        lo, hi = pairing["speedup_lo"], pairing["speedup_hi"]
         out[point.run_id] = {
-            "baseline": base.run_id,
+            "baseline": pairing["ar_run_id"],
             "decoder": point.decoder_label,
-            "speedup": math.exp(statistics.fmean(math.log(r) for r in ratios)) if ratios else None,
-            "paired": len(paired) == len(common),
-            "paired_samples": len(paired),
-            "samples": len(used),
-            "busy_samples": busy,
+            "speedup": float(pairing["speedup"]),
+            "ci95": [float(lo), float(hi)] if lo is not None and hi is not None else None,
+            "n_prompts": int(pairing["speedup_n"]),
+            "paired": bool(pairing["paired"]),
+            **{key: int(pairing[key]) for key in ("paired_samples", "samples", "busy_samples")},
         }
     return out
+
+
+def with_noise_floor_runs(sweep: SweepPlan, seed_offset: int) -> SweepPlan:
+    """The sweep plus, for each AR run in it, the AR run at seed + seed_offset (same everything
+    else): the second AR run a quality score's noise floor is read against (results.pairing)."""
+    points = list(sweep.points)
+    seen = {(p.run_id, p.config.data.shard) for p in points}
+    for point in sweep.points:
+        if not point.spec.decoder.is_ar:
+            continue
+        overrides = [w for w in point.overrides if w.partition("=")[0].lstrip("+") != "seed"]
+        overrides.append(f"seed={point.config.seed + seed_offset}")
+        spec = resolve_run(compose_run(overrides), point.remote_gpus)
+        if (spec.run_id, spec.config.data.shard) not in seen:
+            seen.add((spec.run_id, spec.config.data.shard))
+            points.append(GridPoint(overrides, spec, baseline=True, remote_gpus=point.remote_gpus))
+    sweep_id, directory = sweep_identity(points)
+    return dataclasses.replace(sweep, sweep_id=sweep_id, points=points, directory=directory)

@@ -1,0 +1,172 @@
+"""The Python API (`import sjdbench`): the same models, decoders, checks and numbers as the command
+line, for notebooks.
+
+    import sjdbench
+
+    model = sjdbench.load_model("toy")                                   # model=toy
+    decoder = sjdbench.build_decoder("sjd_vp", window=32, growth_steps=2)  # decoder=sjd_vp decoder.window=32 ...
+    out = sjdbench.decode(model, "a red circle at the top left", decoder, seed=0)
+    out.image, out.tokens, out.stats.step_compression
+    runs = sjdbench.load_runs("results", model="toy", decoder="sjd,sjd_vp")  # speedup, CI and N per run
+
+Spelling of overrides: a keyword is the command-line key without its group prefix. `load_model`
+takes the `model.*` keys (path, weights, dtype, resolution, size, compile) and the model's builder
+options (`model.options.*`) alike; `build_decoder` takes the `decoder.*` keys (window,
+growth_steps, growth_reading, trace_positions), a part by its kind (proposal, verifier, init,
+topology: `verifier="lantern"` is `decoder/verifier=lantern`), and knobs with a dotted key passed
+as a dict (`**{"verifier.delta": 0.2}` is `decoder.verifier.delta=0.2`); `load_runs` takes the
+filters of `sjdbench report` (`window=16`, `**{"decoder/verifier": "lantern"}`; a list or a
+comma-separated string gives alternatives). Bad input raises `sjdbench.errors.UserError` with the
+one-line message the command line prints.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+    from PIL import Image
+
+    from sjdbench.adapter import ImageARAdapter
+    from sjdbench.decoding.build import DecoderSpec
+
+PART_KINDS = ("proposal", "verifier", "init", "topology")
+
+
+def _hydra_value(value: Any) -> str:
+    """A Python value as an override value of Hydra's grammar."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if re.fullmatch(r"[\w./:+-]+", text):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def load_model(name: str, device: str = "auto", **options: Any) -> ImageARAdapter:
+    """A model adapter, checked and built as `sjdbench run model=<name> ...` builds it.
+
+    options: the model's YAML defaults overridden by these (`load_model("toy", top_k=64)`,
+    `load_model("janus", path="ckpt/janus-pro-7b", size="1B")`). device: auto, cpu, cuda, cuda:N, mps.
+    """
+    from sjdbench.config.schema import ModelConfig, compose_run
+    from sjdbench.models.registry import build_adapter, check_options, resolve_device, verify_weights
+
+    base = compose_run([f"model={name}"]).model  # the YAML's defaults, typed
+    model = ModelConfig(name=base.name, options={**base.options, **options})
+    check_options(model.name, dict(model.options))
+    verify_weights(model.name, dict(model.options))
+    return build_adapter(model.name, dict(model.options), resolve_device(device))
+
+
+def build_decoder(preset: str = "sjd", **overrides: Any) -> DecoderSpec:
+    """A decoder preset with overrides, resolved and checked (its parts, typed knobs and ranges) as
+    `sjdbench run decoder=<preset> ...` resolves it; `decode` builds it against a model.
+
+        build_decoder("sjd", window=32, verifier="lantern", **{"verifier.delta": 0.2})
+    """
+    from sjdbench.config.schema import compose_checked
+
+    words = [f"decoder={preset}"]
+    for key, value in overrides.items():
+        key = key.removeprefix("decoder.")
+        if key in PART_KINDS and isinstance(value, str):
+            words.append(f"decoder/{key}={value}")
+        else:
+            words.append(f"decoder.{key}={_hydra_value(value)}")
+    return compose_checked(words)[1]
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One decoded image: its segment tokens (N,), the image, and the decode's statistics (the
+    fields of a samples.jsonl row: nfe, step_compression, acceptance_rate, mean_accepted_length,
+    growth_share, ...), and the wall time of the decode."""
+
+    tokens: torch.Tensor  # (N,) long, on the CPU
+    image: Image.Image  # RGB; np.asarray(image) is the (H, W, 3) uint8 array
+    stats: SimpleNamespace
+    latency_s: float
+
+
+_BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {decoder key: built decoder}
+
+
+def _built(model: Any, decoder: DecoderSpec) -> Any:
+    """The decoder built against this model, once per (model, decoder): LANTERN's neighbour table and
+    GSD's threshold are computed when a decoder is built."""
+    import json
+
+    key = (json.dumps(decoder.identity(), sort_keys=True, default=str), decoder.trace_positions)
+    try:
+        cache = _BUILT.setdefault(model, {})
+    except TypeError:  # a model object that cannot be weakly referenced: build every time
+        return decoder.build(model)
+    if key not in cache:
+        cache[key] = decoder.build(model)
+    return cache[key]
+
+
+def decode(
+    model: ImageARAdapter, prompt: str, decoder: DecoderSpec | str = "sjd", seed: int = 0, **sampling
+) -> Decoded:
+    """Decode one image of `prompt` with `decoder` (a `build_decoder` spec or a preset name).
+
+    seed: the sample's generator seed; a stored sample is reproduced from its row's `seed` (with the
+    same model, decoder and sampling). sampling: cfg_scale, temperature, top_k, top_p overriding the
+    model's defaults, as `sampling.*` does.
+    """
+    from dataclasses import asdict
+
+    from PIL import Image
+
+    from sjdbench.config.schema import SamplingOverrides, check_sampling
+    from sjdbench.run.runner import resolve_sampling, timed_decode
+
+    spec = build_decoder(decoder) if isinstance(decoder, str) else decoder
+    chosen = resolve_sampling(model.default_sampling, SamplingOverrides(**sampling))
+    check_sampling(asdict(chosen), "sampling.", len(model.image_token_ids))
+    timed = timed_decode(model, prompt, _built(model, spec), chosen, seed, str(model.device))
+    tokens = timed.result.tokens
+    image = Image.fromarray(model.decode(tokens)).convert("RGB")
+    return Decoded(tokens, image, SimpleNamespace(**timed.result.stats.to_row()), timed.latency_s)
+
+
+def load_runs(results_dir: str | None = None, **filters: Any) -> pd.DataFrame:
+    """The runs of a store, one row per run: its summary fields, `status` (complete, finished,
+    incomplete, legacy), decoder spec (spec.*), env.json (env.*), and its speedup over its AR
+    baseline as `sjdbench report` prints it: `speedup`, `speedup_lo`, `speedup_hi` (95 % bootstrap
+    CI), `speedup_n` (prompts paired) and `ar_run_id`. The AR baselines of the selected runs are
+    included. results_dir: the store (default: $SJDBENCH_RESULTS, else ./results)."""
+    from sjdbench.results.runs import load_runs as read_store
+    from sjdbench.results.runs import paired_runs
+    from sjdbench.results.select import parse_selection, select_runs
+    from sjdbench.results.store import USABLE
+
+    words = [
+        f"{key}={','.join(map(str, value)) if isinstance(value, (list, tuple)) else value}"
+        for key, value in filters.items()
+    ]
+    selection = parse_selection(words, results_dir)
+    store = read_store(selection.root)
+    selected = select_runs(store, selection)
+    usable = selected[selected["status"].isin(USABLE)]
+    pairings = paired_runs(usable, store[store["status"].isin(USABLE)]) if not usable.empty else None
+    if pairings is None:
+        return selected.assign(ar_run_id=None, speedup=None, speedup_lo=None, speedup_hi=None, speedup_n=0)
+    merged = selected.merge(pairings, on="run_id", how="left")
+    return merged.assign(speedup_n=merged["speedup_n"].fillna(0).astype(int))

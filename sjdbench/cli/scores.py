@@ -1,0 +1,208 @@
+"""The tables `eval` and `sweep --eval` print: each score file with its comparisons, and quality
+beside speed per run (the speedup over AR and its N from sjdbench.results.pairing, as every command
+prints it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from sjdbench.cli.tables import speedup_cells
+
+if TYPE_CHECKING:
+    from sjdbench.results.pairing import Speedup
+
+
+def _g(value, digits: int = 3) -> str:
+    """A number in `digits` significant digits ("-" for none)."""
+    if value is None:
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def _fixed(value, decimals: int) -> str:
+    return "-" if value is None else f"{value:.{decimals}f}"
+
+
+def _signed(value, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:+.{digits}g}"
+
+
+def _interval(ci, digits: int = 3) -> str:
+    return f"[{ci[0]:.{digits}g}, {ci[1]:.{digits}g}]" if ci else ""
+
+
+def _fd_vs_floor(doc: dict) -> str:
+    other, floor = doc.get("extra", {}).get("vs_ar_other_seed"), doc.get("noise_floor")
+    if other is None:
+        return "-"
+    return f"{other:.3g}" + (f" ({floor['value']:.3g})" if floor else "")
+
+
+def summary_of(run: Path) -> dict:
+    try:
+        return json.loads((run / "summary.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def outcome_table(outcomes) -> Table:
+    caption = (
+        "value [bootstrap 95 % CI over prompts]; Δ vs AR: paired difference with the AR run; floor: the same "
+        "comparison between two AR runs that differ only in their seeds (set metrics: their distance)"
+    )
+    table = Table(
+        title="scores",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+        caption=Text(caption),
+        caption_justify="left",
+    )
+    for header in ("decoder", "evaluator", "N", "value [CI]", "Δ vs AR [CI]", "floor"):
+        table.add_column(
+            header,
+            justify="left" if header in ("decoder", "evaluator") else "right",
+            no_wrap=header not in ("value [CI]", "Δ vs AR [CI]"),
+        )
+    for outcome in outcomes:
+        doc = outcome.doc
+        if doc is None:
+            continue
+        paired, floor = doc.get("paired_vs_ar"), doc.get("noise_floor")
+        delta = f"{_signed(paired['delta'])} {_interval(paired.get('ci95'))}" if paired else "-"
+        name = str(doc.get("decoder") or doc["run_id"]) + (f" s{doc['seed']}" if doc.get("seed") else "")
+        table.add_row(
+            *map(
+                Text,
+                (
+                    name,
+                    doc["evaluator"],
+                    str(doc["n"]),
+                    f"{_g(doc['value'])} {_interval(doc.get('ci95'))}",
+                    delta,
+                    _g(floor["value"]) if floor else "-",
+                ),
+            )
+        )
+    return table
+
+
+def latest_score(run: Path, evaluator: str) -> dict | None:
+    """The most recently written score of this evaluator for a run (any protocol)."""
+    from sjdbench.eval.evaluators.scorefile import read_score
+
+    folder = run / "scores"
+    files = sorted(folder.glob(f"{evaluator}-*.json"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+    return read_score(files[-1]) if files else None
+
+
+def _clip_delta(doc: dict) -> str:
+    pair = doc.get("paired_vs_ar")
+    if not pair:
+        return "-"
+    ci = pair.get("ci95")
+    return f"{pair['delta']:+.1f}" + (f" [{ci[0]:.1f},{ci[1]:.1f}]" if ci else "")
+
+
+def _delta(doc: dict) -> str:
+    pair = doc.get("paired_vs_ar")
+    return f"{_signed(pair['delta'])} {_interval(pair.get('ci95'))}".strip() if pair else "-"
+
+
+# evaluator -> (value header, value cell, comparison header, comparison cell)
+Cell = Callable[[dict], str]
+COLUMNS: dict[str, tuple[str, Cell, str, Cell]] = {
+    "toy_clip": ("CLIP", lambda d: _fixed(d.get("value"), 1), "Δ CLIP [CI]", _clip_delta),
+    "toy_fd": ("FD", lambda d: _g(d.get("value")), "FD AR' (floor)", _fd_vs_floor),
+    "toy_objects": (
+        "obj",
+        lambda d: _fixed(d.get("value"), 2),
+        "Δ obj",
+        lambda d: f"{d['paired_vs_ar']['delta']:+.2f}" if d.get("paired_vs_ar") else "-",
+    ),
+}
+ORDER = ("toy_clip", "toy_fd", "toy_objects", "clip_score", "fid", "kid")
+TOY_CAPTION = (
+    "CLIP: toy CLIP-Score, Δ = paired difference with AR [bootstrap 95 % CI over prompts]; FD: toy FD "
+    "against renders of the same captions; FD AR': FD between this run and the seed+1 AR run, beside "
+    "the noise floor (FD between the two AR runs); obj: captioned shapes drawn in the captioned "
+    "colour, Δ vs AR"
+)
+SPEED_CAPTION = "vs AR: latency speedup over the AR baseline [95 % bootstrap CI] over N paired prompts"
+
+
+def _columns(name: str) -> tuple[str, Cell, str, Cell]:
+    return COLUMNS.get(name) or (name, lambda d: _g(d.get("value")), f"Δ {name} [CI]", _delta)
+
+
+def quality_table(runs: list[Path], speedups: dict[str, Speedup]) -> Table | None:
+    """decoder | step x | vs AR [CI] | N | each evaluator's value and its comparison, for the runs
+    that have scores; None when none has."""
+    rows: list[tuple[dict, dict[str, Any]]] = []
+    for run in runs:
+        names = (
+            sorted({p.name.rsplit("-", 1)[0] for p in (run / "scores").glob("*.json")})
+            if (run / "scores").is_dir()
+            else []
+        )
+        scores = {name: latest_score(run, name) for name in names}
+        scores = {name: doc for name, doc in scores.items() if doc}
+        if scores:
+            rows.append((summary_of(run) | {"run_id": run.name}, scores))
+    if not rows:
+        return None
+    present = {name for _, scores in rows for name in scores}
+    evaluators = [n for n in ORDER if n in present] + sorted(present - set(ORDER))
+    toy = any(n in COLUMNS for n in evaluators)
+    sizes = sorted({str(summary.get("n_samples")) for summary, _ in rows})
+    table = Table(
+        title=f"quality beside speed (N = {', '.join(sizes)} per run)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+        caption=Text((TOY_CAPTION + "; " if toy else "") + SPEED_CAPTION),
+        caption_justify="left",
+    )
+    headers = ["decoder", "step x", "vs AR [95% CI]", "N"]
+    for name in evaluators:
+        value_header, _, compare_header, _ = _columns(name)
+        headers += [value_header, compare_header]
+    for header in headers:
+        table.add_column(header, justify="left" if header == "decoder" else "right", no_wrap=True)
+
+    def order(row):
+        return (row[0].get("decoder_family") != "ar", row[0].get("seed", 0), str(row[0].get("decoder")))
+
+    for summary, scores in sorted(rows, key=order):
+        name = str(summary.get("decoder")) + (f" s{summary['seed']}" if summary.get("seed") else "")
+        cells = [name, f"{summary.get('step_compression', 0):.2f}", *speedup_cells(speedups.get(summary["run_id"]))]
+        for evaluator in evaluators:
+            _, value, _, compare = _columns(evaluator)
+            doc = scores.get(evaluator)
+            cells += [value(doc), compare(doc)] if doc else ["-", "-"]
+        table.add_row(*map(Text, cells))
+    return table
+
+
+def run_speedups(runs: list[Path]) -> dict[str, Speedup]:
+    """run_id -> speedup over its AR baseline in its store (results.pairing), for the quality table."""
+    from sjdbench.results.pairing import as_speedup
+    from sjdbench.results.runs import speedups
+
+    by_root: dict[Path, list[str]] = {}
+    for run in runs:
+        by_root.setdefault(run.parent.parent, []).append(run.name)
+    out: dict[str, Speedup] = {}
+    for root, ids in by_root.items():
+        out.update({run_id: as_speedup(row) for run_id, row in speedups(root, ids).items()})
+    return out

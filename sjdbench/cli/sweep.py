@@ -1,0 +1,208 @@
+"""`sjdbench sweep`: run a grid of configurations (plus their AR baselines); re-running resumes.
+With --eval, each run is scored as it finishes (`SweepScorer`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from sjdbench.cli.console import err, fail, interrupted, interrupted_sweep, line, note, os_failure, out, say
+from sjdbench.cli.progress import CliReporter, progress_bar
+from sjdbench.cli.tables import latency_warnings, summary_table
+from sjdbench.errors import Interrupted, UserError
+
+
+def sweep(
+    overrides: Optional[List[str]] = typer.Argument(
+        None,
+        help="Grid in Hydra's override grammar: decoder=sjd,sjd_vp "
+        "decoder.window=16,32,64 seed=range(0,3) decoder=glob(sjd*) +sweep=window",
+        show_default=False,
+        metavar="KEY=VALUES...",
+    ),
+    executor: str = typer.Option("local", "--executor", "-e", help="local | submitit | ray"),
+    timing: Optional[str] = typer.Option(
+        None,
+        "--timing",
+        help="paired (AR and each decoder interleaved prompt by prompt; "
+        "the local default) | single (one run after another; the default for submitit "
+        "and ray). Same as sweep.timing=...",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid and which runs exist; run nothing."),
+    no_baseline: bool = typer.Option(False, "--no-baseline", help="Do not add the AR baseline runs."),
+    cluster: Optional[str] = typer.Option(
+        None,
+        "--cluster",
+        help="submitit cluster: slurm (the default; refused when no "
+        "Slurm answers) | local | debug (both on this machine)",
+    ),
+    partition: Optional[str] = typer.Option(None, "--partition", help="Slurm partition."),
+    gpus_per_task: Optional[int] = typer.Option(
+        None, "--gpus-per-task", help="GPUs per job (default: 1 on Slurm; elsewhere 1 for CUDA runs, 0 for CPU runs)."
+    ),
+    cpus_per_task: int = typer.Option(8, "--cpus-per-task", help="CPUs per Slurm job."),
+    timeout_min: int = typer.Option(240, "--timeout-min", help="Time limit per job (Slurm, submitit local)."),
+    array_parallelism: int = typer.Option(64, "--array-parallelism", help="Max Slurm array tasks at once."),
+    evaluate: bool = typer.Option(
+        False,
+        "--eval",
+        help="Score each run when it finishes (eval=<preset>, eval.<key>=...; "
+        "default: by model and data) and add the seed+1 AR run the noise floor needs.",
+    ),
+) -> None:
+    """Run a grid of configurations (plus their AR baselines); re-running resumes."""
+    from sjdbench.cli.eval import is_eval_word
+    from sjdbench.cli.migrate import note_legacy_runs
+    from sjdbench.results.pairing import as_speedup
+    from sjdbench.results.runs import speedups as store_speedups
+    from sjdbench.results.store import RunStore
+    from sjdbench.run.sweep import build_plan, execute_sweep, latency_comparisons, run_status
+
+    try:
+        on_slurm = executor == "submitit" and (cluster or "slurm") == "slurm"
+        remote_gpus = (1 if gpus_per_task is None else gpus_per_task) if on_slurm else None
+        eval_words = [w for w in overrides or [] if is_eval_word(w)]
+        plan = build_plan(
+            [w for w in overrides or [] if not is_eval_word(w)], add_baselines=not no_baseline, remote_gpus=remote_gpus
+        )
+        scorer = SweepScorer(plan, eval_words) if evaluate or eval_words else None
+        plan = scorer.plan if scorer else plan
+        root = plan.points[0].spec.root if plan.points else plan.directory.parent.parent
+        note_legacy_runs(root)
+        if dry_run:
+            table = Table(title=f"sweep {plan.sweep_id}: {len(plan.points)} runs", title_justify="left")
+            for header in ("run", "status", "decoder", "overrides"):
+                table.add_column(header)
+            for point in plan.points:
+                typed = point.label + ("  [AR baseline]" if point.baseline else "")
+                table.add_row(point.run_id, run_status(point), point.decoder_label, typed)
+            out.print(table)
+            return
+        if gpus_per_task is None:
+            cuda = any(
+                p.config.device.startswith("cuda") or (p.config.device == "auto" and _cuda_visible())
+                for p in plan.points
+            )
+            gpus_per_task = 1 if on_slurm or cuda else 0
+        slurm = {
+            "partition": partition,
+            "gpus_per_task": gpus_per_task,
+            "timeout_min": timeout_min,
+            "array_parallelism": array_parallelism,
+            "cpus_per_task": cpus_per_task,
+        }
+        with progress_bar(transient=False) as bar:
+            task = bar.add_task("sweep", total=len(plan.points))
+            reporter = CliReporter(bar if err.is_terminal else None, "sweep")
+            count = {"n": 0}
+
+            def tick(result) -> None:
+                count["n"] += 1
+                bar.advance(task)
+                if not err.is_terminal:
+                    line(
+                        f"sweep {plan.sweep_id}: {count['n']}/{len(plan.points)} runs; {result.run_id} {result.status}"
+                    )
+                if scorer:
+                    scorer.on_result(result)
+
+            results = execute_sweep(
+                plan, executor, tick=tick, cluster=cluster, slurm=slurm, timing=timing, reporter=reporter
+            )
+        if scorer:
+            scorer.finish()
+        comparisons = latency_comparisons(plan)
+        pairings = store_speedups(root, [p.run_id for p in plan.points])
+    except UserError as error:
+        fail(str(error))
+    except Interrupted as error:
+        interrupted(error)
+    except KeyboardInterrupt:
+        interrupted_sweep()
+    except OSError as error:
+        os_failure(error)
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.status] = counts.get(result.status, 0) + 1
+    say(f"sweep {plan.sweep_id}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f" -> {plan.directory}")
+    summaries = [s for s in (RunStore(root, p.run_id).summary() for p in plan.points) if s]
+    speedups = {run_id: as_speedup(row) for run_id, row in pairings.items()}
+    marks = {
+        run_id: ("" if entry["paired"] else "~") + ("!" if entry["busy_samples"] else "")
+        for run_id, entry in comparisons.items()
+    }
+    out.print(summary_table("runs", summaries, speedups, marks))
+    for text in latency_warnings(summaries):
+        line(text)
+    unpaired = sorted({entry["decoder"] for entry in comparisons.values() if not entry["paired"]})
+    if unpaired:
+        line(
+            f"warning: the speedups of {', '.join(unpaired)} compare latencies timed apart from AR's "
+            "(machine state may differ); rows decoded with --timing paired are compared side by side"
+        )
+    failed = [r for r in results if r.status == "failed"]
+    for result in failed:
+        line(f"failed {result.run_id}: {result.error}")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+class SweepScorer:
+    """Scores each run of a sweep as it finishes, then fills in the comparisons (AR, noise floor)
+    once every run is done. Adds the AR run at seed + eval.floor_seed_offset that the floor needs."""
+
+    def __init__(self, sweep, eval_words: list[str]) -> None:
+        from sjdbench.eval.evaluators.hashing import env_flag_offline
+        from sjdbench.eval.evaluators.settings import compose_eval
+        from sjdbench.run.sweep import with_noise_floor_runs
+
+        env_flag_offline()
+        self.config = compose_eval(eval_words)
+        self.plan = with_noise_floor_runs(sweep, self.config.floor_seed_offset)
+        self.floor_runs = {p.run_id for p in self.plan.points} - {p.run_id for p in sweep.points}
+        self.outcomes: list = []
+
+    def _root(self) -> Path:
+        return self.plan.directory.parent.parent
+
+    def on_result(self, result) -> None:
+        if result.status in ("failed", "partial"):
+            return
+        self._score([self._root() / "runs" / result.run_id])
+
+    def _score(self, run_dirs: list[Path]) -> list:
+        from sjdbench.cli.eval import report_outcome
+        from sjdbench.eval.score import score
+
+        try:
+            outcomes = score(run_dirs, self.config, on_outcome=lambda o: o.status == "refused" and report_outcome(o))
+        except Exception as error:  # noqa: BLE001 - scoring never stops a sweep; the runs are safe
+            note(f"scoring {', '.join(d.name for d in run_dirs)} failed: {type(error).__name__}: {error}")
+            return []
+        self.outcomes += outcomes
+        return outcomes
+
+    def finish(self) -> None:
+        from sjdbench.cli.scores import outcome_table, quality_table, run_speedups, summary_of
+        from sjdbench.results.store import holds_final_samples
+
+        runs = [self._root() / "runs" / p.run_id for p in self.plan.points]
+        done = [r for r in runs if holds_final_samples(summary_of(r))]
+        outcomes = self._score(done)
+        for outcome in outcomes:  # the added seed+1 AR runs have no floor of their own: expected
+            if outcome.doc and outcome.doc.get("pending") and outcome.run_id not in self.floor_runs:
+                note(f"{outcome.run_id} {outcome.evaluator}: still waiting for {'; '.join(outcome.doc['pending'])}")
+        table = quality_table(done, run_speedups(done))
+        if table is not None:
+            out.print(table)
+        elif outcomes:
+            out.print(outcome_table(outcomes))

@@ -1,0 +1,89 @@
+"""The tables `run` and `sweep` print: each run's headline numbers, with its speedup over its AR
+baseline (sjdbench.results.pairing, as `report` and `eval` print it) and the N prompts it pairs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich import box
+from rich.table import Table
+
+if TYPE_CHECKING:  # the command line imports nothing heavy until a command runs
+    from sjdbench.results.pairing import Speedup
+
+LEGEND = (
+    "step x = AR tokens / NFE; accept = accepted / verified drafts (acc.old: without fresh init drafts); "
+    "len = tokens per iteration; growth = accepted drafts that rose N iterations running; "
+    "sec = latency per image (! = some timed on a busy machine)"
+)
+SPEED_LEGEND = (
+    "; vs AR = AR latency / latency, geometric mean over the N paired prompts [95 % bootstrap CI] "
+    "(~ = not timed side by side with AR)"
+)
+COLUMNS = [
+    ("decoder", "decoder", 0),
+    ("W", "window", 0),
+    ("n", "n_samples", 0),
+    ("NFE", "nfe_mean", 1),
+    ("step x", "step_compression", 2),
+    ("accept", "acceptance_rate", 2),
+    ("acc.old", "acceptance_rate_no_fresh", 2),
+    ("len", "mean_accepted_length", 2),
+    ("growth", "growth_share", 2),
+    ("sec", "latency_s_mean", 3),
+]
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def speedup_cells(result: Speedup | None, marks: str = "") -> list[str]:
+    """[value with CI and marks, N] of a speedup; '-' where there is none."""
+    if result is None or result.value is None:
+        return ["-", "-"]
+    ci = f" [{result.lo:.2f}, {result.hi:.2f}]" if result.lo is not None and result.hi is not None else ""
+    return [f"{result.value:.2f}{ci}{marks}", str(result.n)]
+
+
+def summary_table(
+    title: str, summaries: list[dict], speedups: dict[str, Speedup] | None = None, marks: dict[str, str] | None = None
+) -> Table:
+    """The runs' headline numbers; narrow enough for an 80-column terminal without speedups. Latencies
+    taken on a busy machine are marked `!`; `marks` adds per-run marks to the speedup (`~`, `!`)."""
+    legend = LEGEND + (SPEED_LEGEND if speedups is not None else "")
+    table = Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, caption=legend, caption_justify="left"
+    )
+    headers = [h for h, _, _ in COLUMNS] + (["vs AR [95% CI]", "N"] if speedups is not None else [])
+    for header in headers:
+        table.add_column(header, justify="left" if header == "decoder" else "right", no_wrap=True)
+    for summary in summaries:
+        cells = [_fmt(summary.get(key), digits) for _, key, digits in COLUMNS]
+        if summary.get("busy_samples"):
+            cells[-1] += "!"
+        if speedups is not None:
+            run_id = summary.get("run_id")
+            cells += speedup_cells(speedups.get(run_id), (marks or {}).get(run_id, ""))
+        table.add_row(*cells)
+    return table
+
+
+def latency_warnings(summaries: list[dict]) -> list[str]:
+    """One line naming the runs whose latencies were taken on a busy machine (none: no line)."""
+    flagged = [s for s in summaries if s.get("busy_samples")]
+    if not flagged:
+        return []
+    busy = sum(s["busy_samples"] for s in flagged)
+    total = sum(s.get("n_samples") or 0 for s in flagged)
+    load = max((s.get("load_1m_max") or 0) for s in flagged)
+    names = ", ".join(str(s.get("decoder")) for s in flagged)
+    return [
+        f"warning: {busy} of {total} samples ({names}) were timed while the machine was busy (load average up to "
+        f"{load}, above the cores available); those latencies are not to be trusted: re-time on a quiet machine "
+        "(see README, Reproducibility and performance)"
+    ]

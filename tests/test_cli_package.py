@@ -1,0 +1,121 @@
+"""The command line's shape: every command registered in one place, no import circle in the package,
+one console pair and one fail helper, a complete command list in usage hints, and nothing heavy
+(torch) imported to show help or list choices."""
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import sjdbench.cli
+
+CLI = Path(sjdbench.cli.__file__).parent
+
+
+def _imports(path: Path) -> set[str]:
+    """Modules of sjdbench.cli that a file imports, at any level (function-local imports included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "sjdbench.cli":
+                found |= {f"sjdbench.cli.{alias.name}" for alias in node.names}
+            elif node.module.startswith("sjdbench.cli."):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("sjdbench.cli.")}
+    return found
+
+
+def test_no_import_circle_in_the_cli_package():
+    graph = {f"sjdbench.cli.{p.stem}": _imports(p) for p in CLI.glob("*.py") if p.stem != "__init__"}
+    state: dict[str, str] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for child in graph.get(module, ()):
+            assert state.get(child) != "open", " -> ".join([*path, module, child])
+            if child not in state:
+                visit(child, [*path, module])
+        state[module] = "done"
+
+    for module in graph:
+        if module not in state:
+            visit(module, [])
+
+
+def test_one_console_pair_and_one_fail_helper():
+    """Only console.py makes consoles or prints errors itself; every command fails through it."""
+    for path in CLI.glob("*.py"):
+        if path.name == "console.py":
+            continue
+        text = path.read_text()
+        assert "Console(stderr" not in text and "def fail" not in text and "def _fail" not in text, path
+        assert "typer.secho" not in text and "[bold red]" not in text, path
+
+
+USAGE_ERRORS = {  # a usage error of each command (an option without its value, an extra argument, ...)
+    "run": ["--show-config=yes"],
+    "sweep": ["--executor"],
+    "eval": ["--results-dir"],
+    "report": ["--out"],
+    "list": ["decoder", "model"],
+    "migrate": ["--results-dir"],
+    "data": ["fetch"],
+    "toy": ["train", "--steps"],
+}
+
+
+def test_every_command_is_listed_and_the_usage_hint_names_it():
+    from sjdbench.cli.commands import command_names
+
+    assert command_names() == list(USAGE_ERRORS)
+    for name, words in USAGE_ERRORS.items():
+        result = subprocess.run(
+            [sys.executable, "-m", "sjdbench", name, *words], capture_output=True, text=True, timeout=120
+        )
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, (name, result.stderr)
+        assert lines[0].startswith("error: ") and lines[0].endswith(f"(see `sjdbench {name} --help`)"), lines
+
+
+def test_a_broken_command_module_breaks_the_cli_loudly(monkeypatch):
+    """Commands are imported unconditionally: a module that fails to import is an error, never a
+    command that silently disappears."""
+    import sjdbench.cli.commands as commands
+
+    monkeypatch.delattr(sjdbench.cli, "toy")
+    monkeypatch.setitem(sys.modules, "sjdbench.cli.toy", None)  # `import sjdbench.cli.toy` now fails
+    with pytest.raises(ImportError):
+        importlib.reload(commands)
+    monkeypatch.undo()
+    importlib.reload(commands)
+    assert "toy" in commands.command_names()
+
+
+def test_toy_and_data_groups_answer():
+    from sjdbench.cli import app
+
+    for words in (["toy", "--help"], ["toy", "train", "--help"], ["data", "fetch", "--help"]):
+        result = CliRunner().invoke(app, words)
+        assert result.exit_code == 0 and "Usage" in result.output, words
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import sjdbench",
+        "from sjdbench.cli.commands import main; import sys; sys.argv = ['sjdbench', '--help']\n"
+        "try: main()\nexcept SystemExit: pass",
+        "from sjdbench.cli.commands import main; import sys; sys.argv = ['sjdbench', 'list', 'model']\n"
+        "try: main()\nexcept SystemExit: pass",
+    ],
+)
+def test_help_and_listing_do_not_import_torch(code):
+    probe = f"{code}\nimport sys\nprint('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "False", result.stdout
