@@ -19,6 +19,11 @@ out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 132)  # log
 err = Console(stderr=True, soft_wrap=True)  # one physical line per message, even in logs
 
 
+def wide() -> Console:
+    """stdout for wide tables: the terminal itself, or 160 columns in logs (one line per table row)."""
+    return out if out.is_terminal else Console(width=160)
+
+
 def line(text: str) -> None:
     """One plain line on stderr (no markup, no highlighting)."""
     err.print(text, highlight=False, markup=False)

@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 
-from sjdbench.cli.console import fail, line, note, out, warn
+from sjdbench.cli.console import fail, line, note, out, warn, wide
 from sjdbench.errors import UserError
 
 
@@ -40,9 +39,9 @@ def report(
         result = build_report(filters or [], out_dir, every_run=every_run, trace=trace_drafts, progress=line)
     except UserError as error:
         fail(str(error))
-    wide = out if out.is_terminal else Console(width=160)  # logs: one line per table row
+    terminal = wide()
     for table in result.main:
-        wide.print(to_rich(table))
+        terminal.print(to_rich(table))
         for text in table.warnings:
             line(text)
     for text in result.warnings:

@@ -130,7 +130,8 @@ def _record(run: RunView) -> pd.Series | None:
     return None if rows.empty else rows.iloc[0]
 
 
-def is_ar(run: RunView) -> bool:
+def is_ar_run(run: RunView) -> bool:
+    """The store's reading of the run (results.decoders.is_ar of its stored decoder spec)."""
     record = _record(run)
     return record is not None and bool(record["is_ar"])
 
@@ -263,7 +264,7 @@ def _comparisons(
 
     found_ar, found_floor = comparison_runs(run, config.floor_seed_offset)
     ar_id, floor_id = found_ar[0], found_floor[0]
-    ar = vectors_of(found_ar, "paired_vs_ar") if not is_ar(run) else vectors
+    ar = vectors_of(found_ar, "paired_vs_ar") if not is_ar_run(run) else vectors
     floor = vectors_of(found_floor, "noise_floor")
     floor_how = (
         f"AR at seed {run.config.seed + config.floor_seed_offset} against AR at seed {run.config.seed}: "
@@ -273,7 +274,7 @@ def _comparisons(
     if evaluator.level == "sample":
         aggregate = evaluator.aggregate
         paired = None
-        if ar is not None and not is_ar(run):
+        if ar is not None and not is_ar_run(run):
             delta, ci = _paired(lambda r: aggregate(vectors[r]) - aggregate(ar[r]), prompt_ids, reps, seed)
             paired = {"ar_run_id": ar_id, "delta": delta, "ci95": ci, "n_pairs": int(len(keys))}
         noise = None
@@ -289,7 +290,7 @@ def _comparisons(
         return evaluator.distance(v, reference)[0]
 
     paired = None
-    if ar is not None and not is_ar(run):
+    if ar is not None and not is_ar_run(run):
         ar_value = headline(ar)
         groups = prompt_groups(prompt_ids)
         ci = bootstrap_ci(lambda r: to_reference(vectors[r]) - to_reference(ar[r]), groups, reps, seed)
@@ -402,7 +403,7 @@ def score(
     _OPENED.clear()
     _STORES.clear()
     runs = [open_run(d) for d in run_dirs]
-    runs.sort(key=lambda r: (not is_ar(r), r.run_id))
+    runs.sort(key=lambda r: (not is_ar_run(r), r.run_id))
     outcomes = []
     for run in runs:
         for name in evaluators_for(run, config):
