@@ -11,15 +11,12 @@ mask. Padded slots are invisible to every query (a padded slot sees only itself)
 of 2, as in LlamaGen's own loop: `u + s (c - u)`, then temperature, top-k 1000 (defaults: CFG 7.5,
 T 1, top-p 1). The vocabulary is exactly the 16384 codes: token id = code, no structural tokens.
 
-Caption cleaning: LlamaGen lower-cases and cleans captions with ftfy/BeautifulSoup rules before T5;
-here captions are HTML-unescaped, lower-cased and whitespace-collapsed, which is the same text for
-plain captions (URLs, HTML tags and odd punctuation are not stripped).
+Caption cleaning: LlamaGen's own cleaner (`T5Embedder.clean_caption`, twice), reproduced step for
+step in `sjdbench/models/captions.py`.
 """
 
 from __future__ import annotations
 
-import html
-import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,6 +25,7 @@ import torch
 
 from sjdbench.adapter import PromptBatch, Sampling, SegmentLayout
 from sjdbench.models import hf_common
+from sjdbench.models.captions import clean_caption
 from sjdbench.models.gsd_threshold import nearest_neighbour_threshold
 from sjdbench.models.images import to_uint8
 from sjdbench.models.kv_window import CacheBook
@@ -44,10 +42,6 @@ SIZES = ("XL", "tiny")
 DEFAULT_SAMPLING = Sampling(cfg_scale=7.5, temperature=1.0, top_k=1000, top_p=1.0)
 CAPTION_TOKENS = 120
 DOWNSAMPLING = 16
-
-
-def clean_caption(caption: str) -> str:
-    return re.sub(r"\s+", " ", html.unescape(html.unescape(caption)).strip().lower())
 
 
 class CaptionEncoder:
