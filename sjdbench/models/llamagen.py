@@ -39,7 +39,8 @@ T5_HUB = "google/flan-t5-xl"
 GPT_FILES = {256: "t2i_XL_stage1_256.pt", 512: "t2i_XL_stage2_512.pt"}
 VQ_FILE = "vq_ds16_t2i.pt"
 SIZES = ("XL", "tiny")
-DEFAULT_SAMPLING = Sampling(cfg_scale=7.5, temperature=1.0, top_k=1000, top_p=1.0)
+GUIDANCE = "above_one"  # generate.py guides only when cfg_scale > 1, else runs the caption alone
+DEFAULT_SAMPLING = Sampling(cfg_scale=7.5, temperature=1.0, top_k=1000, top_p=1.0, guidance=GUIDANCE)
 CAPTION_TOKENS = 120
 DOWNSAMPLING = 16
 
@@ -193,7 +194,7 @@ def build_llamagen_adapter(
     random_weights = hf_common.check_weights_choice(weights)
     hf_common.check_choice("model.size", size, SIZES if random_weights else SIZES[:1])
     torch_dtype = hf_common.resolve_dtype(dtype, device)
-    sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p)
+    sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p, guidance=GUIDANCE)
     if random_weights:
         if resolution % DOWNSAMPLING or resolution < 2 * DOWNSAMPLING:
             raise ValueError(f"resolution {resolution} must be a multiple of {DOWNSAMPLING} (LlamaGen: 256, 512)")
