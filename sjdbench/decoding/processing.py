@@ -79,7 +79,8 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm([p - q]_+) row-wise; falls back to p where p == q (the residual is then never needed)."""
+    """norm([p - q]_+) row-wise; falls back to p where p == q (a draft with p = q passes surely, so a
+    chain never needs it; a tree with select=longest fails the later siblings instead, forest.py)."""
     res = (p - q).clamp_min(0)
     total = res.sum(-1, keepdim=True)
     return torch.where(total > 0, res / total.clamp_min(1e-30), p)
