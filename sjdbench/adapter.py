@@ -31,6 +31,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+GUIDANCE = ("always", "above_one")  # when a model's released pipeline mixes the CFG pair (docs/MODELS.md)
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -40,6 +42,13 @@ class Sampling:
     temperature: float = 1.0  # 0 = argmax (greedy): the processed distribution is one-hot
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
+    # the model's rule, not a knob: always = mix at every scale (Lumina-mGPT, Janus-Pro, Emu3);
+    # above_one = mix only at a scale above 1, else the conditional row alone (LlamaGen)
+    guidance: str = "always"
+
+    def __post_init__(self) -> None:
+        if self.guidance not in GUIDANCE:
+            raise ValueError(f"guidance '{self.guidance}' is unknown; choose one of: {', '.join(GUIDANCE)}")
 
 
 @dataclass

@@ -15,6 +15,7 @@ MODULE = {
     "open_clip_torch": "open_clip",
     "pillow": "PIL",
     "huggingface_hub": "huggingface_hub",
+    "beautifulsoup4": "bs4",
 }
 
 # dependencies we never import ourselves: (file of ours, the call that needs them, why)

@@ -94,7 +94,7 @@ def test_random_tiny_model_runs_end_to_end(model, tmp_path):
     run_dir = next((tmp_path / "runs").iterdir())
     env = json.loads((run_dir / "env.json").read_text())
     assert env["weights"].startswith("random weights (tiny)")  # the run says its tokens mean nothing
-    assert set(env["sampling"]) == {"cfg_scale", "temperature", "top_k", "top_p"}
+    assert set(env["sampling"]) == {"cfg_scale", "temperature", "top_k", "top_p", "guidance"}  # guidance: the CFG rule
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["finished"] and not summary["complete"] and summary["model"] == model  # 1 prompt of the set
     assert (run_dir / "images" / "000000_0.png").exists()

@@ -14,10 +14,11 @@ from sjdbench.adapter import Sampling
 NEG_INF = float("-inf")
 
 
-def cfg_mix(logits: torch.Tensor, scale: float) -> torch.Tensor:
-    """logits (2, L, V) = [cond; uncond] -> (L, V) = u + s (c - u)."""
+def cfg_mix(logits: torch.Tensor, scale: float, guidance: str = "always") -> torch.Tensor:
+    """logits (2, L, V) = [cond; uncond] -> (L, V) = u + s (c - u); guidance="above_one" (LlamaGen's
+    released rule) takes the conditional row alone at a scale <= 1 instead of mixing."""
     cond, uncond = logits[0], logits[1]
-    if scale == 1.0:
+    if scale == 1.0 or (guidance == "above_one" and scale < 1.0):
         return cond
     return uncond + scale * (cond - uncond)
 
@@ -47,7 +48,7 @@ def structure_mask(forced: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
 
 def process_logits(logits: torch.Tensor, allowed: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     """(2, L, V) raw logits -> (L, V) processed probabilities."""
-    mixed = torch.where(allowed, cfg_mix(logits.float(), sampling.cfg_scale), NEG_INF)  # (L, V)
+    mixed = torch.where(allowed, cfg_mix(logits.float(), sampling.cfg_scale, sampling.guidance), NEG_INF)  # (L, V)
     if sampling.temperature <= 0:  # greedy: one-hot at the argmax
         return torch.zeros_like(mixed).scatter_(-1, mixed.argmax(-1, keepdim=True), 1.0)
     if sampling.temperature != 1.0:  # x / 1 == x: skip an op per call at the default temperature
@@ -78,7 +79,8 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm([p - q]_+) row-wise; falls back to p where p == q (the residual is then never needed)."""
+    """norm([p - q]_+) row-wise; falls back to p where p == q (a draft with p = q passes surely, so a
+    chain never needs it; a tree with select=longest fails the later siblings instead, forest.py)."""
     res = (p - q).clamp_min(0)
     total = res.sum(-1, keepdim=True)
     return torch.where(total > 0, res / total.clamp_min(1e-30), p)

@@ -11,15 +11,12 @@ mask. Padded slots are invisible to every query (a padded slot sees only itself)
 of 2, as in LlamaGen's own loop: `u + s (c - u)`, then temperature, top-k 1000 (defaults: CFG 7.5,
 T 1, top-p 1). The vocabulary is exactly the 16384 codes: token id = code, no structural tokens.
 
-Caption cleaning: LlamaGen lower-cases and cleans captions with ftfy/BeautifulSoup rules before T5;
-here captions are HTML-unescaped, lower-cased and whitespace-collapsed, which is the same text for
-plain captions (URLs, HTML tags and odd punctuation are not stripped).
+Caption cleaning: LlamaGen's own cleaner (`T5Embedder.clean_caption`, twice), reproduced step for
+step in `sjdbench/models/captions.py`.
 """
 
 from __future__ import annotations
 
-import html
-import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,6 +25,7 @@ import torch
 
 from sjdbench.adapter import PromptBatch, Sampling, SegmentLayout
 from sjdbench.models import hf_common
+from sjdbench.models.captions import clean_caption
 from sjdbench.models.gsd_threshold import nearest_neighbour_threshold
 from sjdbench.models.images import to_uint8
 from sjdbench.models.kv_window import CacheBook
@@ -41,13 +39,10 @@ T5_HUB = "google/flan-t5-xl"
 GPT_FILES = {256: "t2i_XL_stage1_256.pt", 512: "t2i_XL_stage2_512.pt"}
 VQ_FILE = "vq_ds16_t2i.pt"
 SIZES = ("XL", "tiny")
-DEFAULT_SAMPLING = Sampling(cfg_scale=7.5, temperature=1.0, top_k=1000, top_p=1.0)
+GUIDANCE = "above_one"  # generate.py guides only when cfg_scale > 1, else runs the caption alone
+DEFAULT_SAMPLING = Sampling(cfg_scale=7.5, temperature=1.0, top_k=1000, top_p=1.0, guidance=GUIDANCE)
 CAPTION_TOKENS = 120
 DOWNSAMPLING = 16
-
-
-def clean_caption(caption: str) -> str:
-    return re.sub(r"\s+", " ", html.unescape(html.unescape(caption)).strip().lower())
 
 
 class CaptionEncoder:
@@ -199,7 +194,7 @@ def build_llamagen_adapter(
     random_weights = hf_common.check_weights_choice(weights)
     hf_common.check_choice("model.size", size, SIZES if random_weights else SIZES[:1])
     torch_dtype = hf_common.resolve_dtype(dtype, device)
-    sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p)
+    sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p, guidance=GUIDANCE)
     if random_weights:
         if resolution % DOWNSAMPLING or resolution < 2 * DOWNSAMPLING:
             raise ValueError(f"resolution {resolution} must be a multiple of {DOWNSAMPLING} (LlamaGen: 256, 512)")

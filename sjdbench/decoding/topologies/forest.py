@@ -14,7 +14,8 @@ accepted tokens are distributed exactly as p (recursive speculative decoding, Je
 `select = "longest"` is the other reading of a tree verifier (SJD-PAC's released code): every sibling
 is tested as if the ones before it had failed, and the root-to-leaf path with the longest passing
 prefix wins, lowest index on ties. It may pick sibling k > 0 although sibling 0 passed, so it is
-not exact; the exactness suite shows it.
+not exact; the exactness suite shows it. As in the released code, a sibling residual without mass
+makes every later sibling of that slot fail (docs/READINGS.md, SJD-PAC).
 
 After verification the slots whose p turns into next drafts (the *continuation*) are the chain of
 first children below where the walk ended, then, past its end, the root's first-child path (a tree's
@@ -97,6 +98,8 @@ class ForestTopology:
         kids = window.children()
         u = torch.rand(nodes.size, generator=generator, device=p.device)
         flags, chains = self._test(window, p, verifier, u, kids, node_of)
+        if self.select == "longest":
+            flags = self._exhausted_siblings_fail(window, flags, chains, kids, node_of)
         passed = flags.cpu().numpy()  # the one host sync per iteration
         best = self._longest_below(window, passed, kids, node_of) if self.select == "longest" else None
 
@@ -195,6 +198,23 @@ class ForestTopology:
             idx = torch.as_tensor(later, device=p.device)
             flags[idx] = verifier.accept(torch.stack(later_p), refs[idx], drafts[idx], u[idx])
         return flags, chains
+
+    @staticmethod
+    def _exhausted_siblings_fail(
+        window: Window, flags: torch.Tensor, chains: dict, kids: list[list[int]], node_of: np.ndarray
+    ) -> torch.Tensor:
+        """`select = "longest"` as SJD-PAC's released code decides it: once a sibling's residual
+        [p_k - q_k]_+ has no mass (p_k = q_k), the released p_{k+1} is 0/0 = NaN, so every later sibling
+        of that slot fails. (Recursive rejection sampling never gets there: sibling k then passes surely
+        and is taken first.) Flags (Q,) of those siblings are cleared; sync-free."""
+        refs = window.nodes.refs
+        for slot, chain in chains.items():
+            children = [int(node_of[c]) for c in kids[slot]]
+            mass = (torch.stack(chain[:-1]) - refs[children[:-1]]).clamp_min(0).sum(-1)  # (K-1,) residual k
+            exhausted = (mass <= 0).cummax(0).values  # (K-1,) some residual before sibling k + 1 was empty
+            later = torch.as_tensor(children[1:], device=flags.device)
+            flags[later] = flags[later] & ~exhausted
+        return flags
 
     def _choose(
         self, children: list[int], passed: np.ndarray, node_of: np.ndarray, best: np.ndarray | None, tested: list[int]

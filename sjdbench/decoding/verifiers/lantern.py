@@ -100,14 +100,21 @@ class LanternConfig(PartConfig):
 
 
 def neighbour_table(codebook: torch.Tensor, k: int, cache_dir: Path | None = None, key: str = "") -> torch.Tensor:
-    """(K, k) ids of each code's k nearest other codes by L2 distance, nearest first."""
+    """(K, k) ids of each code's k nearest other codes by L2 distance, nearest first.
+
+    Built as jadohu/LANTERN's `entrypoints/generate_codebook.py` builds its table on the CPU: float32
+    `cdist`, the diagonal set to infinity, and `topk` of all K - 1 other codes, of which we keep the
+    first k. Distances tie in float32 (always for duplicated codes), and `topk` orders ties by its
+    selection algorithm, which depends on how many it is asked for: ranking K - 1 and cutting, rather
+    than asking for k, gives the released order. Rows are computed in blocks (each row's distances
+    are the same bits as in the full matrix), so a 16384-code book never holds a K x K matrix."""
     codebook = codebook.float().cpu()
     K = codebook.shape[0]
     k = min(k, K - 1)
     path = None
     if cache_dir is not None:
         digest = hashlib.sha256(codebook.numpy().tobytes()).hexdigest()[:10]  # new weights, new table
-        path = Path(cache_dir) / f"lantern-{key}-K{K}-k{k}-{digest}.pt"
+        path = Path(cache_dir) / f"lantern-{key}-K{K}-k{k}-of{K - 1}-{digest}.pt"  # first k of the K - 1 ranked
         if path.exists():
             return torch.load(path)
     table = torch.empty(K, k, dtype=torch.int32 if K > 32767 else torch.int16)
@@ -115,7 +122,8 @@ def neighbour_table(codebook: torch.Tensor, k: int, cache_dir: Path | None = Non
         block = torch.cdist(codebook[start : start + 1024], codebook)  # (b, K)
         rows = torch.arange(block.shape[0])
         block[rows, rows + start] = float("inf")  # a code is not its own neighbour
-        table[start : start + 1024] = block.topk(k, dim=-1, largest=False).indices.to(table.dtype)
+        ranked = block.topk(K - 1, dim=-1, largest=False).indices  # (b, K - 1): the released ranking
+        table[start : start + 1024] = ranked[:, :k].to(table.dtype)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # parallel builders never share a temp file
