@@ -420,7 +420,7 @@ def list_choices(
 ) -> None:
     """List config groups and their choices (decoder parts with their knobs and defaults)."""
     from sjdbench.config import available_groups, group_choices
-    from sjdbench.decoding.parts import default_spec
+    from sjdbench.decoding.registry import default_spec
 
     try:
         groups = [group.replace(".", "/")] if group else available_groups()

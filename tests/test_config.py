@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from sjdbench.config import available_groups, compose_run, decoder_spec, group_choices
-from sjdbench.decoding.parts import KINDS, part_choices, part_yaml, resolve_part
+from sjdbench.decoding.parts import KINDS
+from sjdbench.decoding.registry import part_choices, part_yaml, resolve_part
 from sjdbench.errors import UserError
 from sjdbench.identity import label, preset_spec, run_id_for
 

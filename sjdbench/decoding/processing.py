@@ -10,13 +10,14 @@ from __future__ import annotations
 import torch
 
 from sjdbench.adapter import Sampling
+from sjdbench.decoding.randomness import Draws
 
 NEG_INF = float("-inf")
 
 
 def cfg_mix(logits: torch.Tensor, scale: float) -> torch.Tensor:
-    """logits (2, L, V) = [cond; uncond] -> (L, V) = u + s (c - u)."""
-    cond, uncond = logits[0], logits[1]
+    """logits (..., 2, L, V) = [cond; uncond] -> (..., L, V) = u + s (c - u)."""
+    cond, uncond = logits[..., 0, :, :], logits[..., 1, :, :]
     if scale == 1.0:
         return cond
     return uncond + scale * (cond - uncond)
@@ -46,8 +47,10 @@ def structure_mask(forced: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
 
 
 def process_logits(logits: torch.Tensor, allowed: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """(2, L, V) raw logits -> (L, V) processed probabilities."""
-    mixed = torch.where(allowed, cfg_mix(logits.float(), sampling.cfg_scale), NEG_INF)  # (L, V)
+    """(..., 2, L, V) raw logits -> (..., L, V) processed probabilities (float32, or float64 for a
+    model that runs in it)."""
+    logits = logits if logits.dtype == torch.float64 else logits.float()
+    mixed = torch.where(allowed, cfg_mix(logits, sampling.cfg_scale), NEG_INF)  # (..., L, V)
     if sampling.temperature <= 0:  # greedy: one-hot at the argmax
         return torch.zeros_like(mixed).scatter_(-1, mixed.argmax(-1, keepdim=True), 1.0)
     if sampling.temperature != 1.0:  # x / 1 == x: skip an op per call at the default temperature
@@ -64,17 +67,16 @@ def process_logits(logits: torch.Tensor, allowed: torch.Tensor, sampling: Sampli
     return mixed.softmax(-1)
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One draw per row of probs (..., V) -> (...) long, by inverse CDF.
+def sample(probs: torch.Tensor, draws: Draws) -> torch.Tensor:
+    """One draw per row of probs (R, V) -> (R,) long, by inverse CDF, the uniforms from `draws` (each
+    row's from its own sample's generator).
 
     P(draw = i) = cdf_i - cdf_{i-1} = p_i exactly (zero-probability ids are never drawn); a few times
     cheaper than torch.multinomial for the small batches of a decoding window, and sync-free.
     """
-    flat = probs.reshape(-1, probs.shape[-1])
-    cdf = flat.cumsum(-1)  # (R, V)
-    u = torch.rand(flat.shape[0], 1, generator=generator, device=probs.device) * cdf[:, -1:]
-    draws = torch.searchsorted(cdf, u, right=True).clamp_max(flat.shape[-1] - 1)
-    return draws.view(probs.shape[:-1])
+    cdf = probs.cumsum(-1)  # (R, V)
+    u = draws.uniform(1).to(cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).clamp_max(probs.shape[-1] - 1).view(-1)
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -84,5 +86,7 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, res / total.clamp_min(1e-30), p)
 
 
-def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    return torch.zeros(*tokens.shape, vocab_size, device=tokens.device).scatter_(-1, tokens[..., None], 1.0)
+def one_hot(tokens: torch.Tensor, vocab_size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.zeros(*tokens.shape, vocab_size, dtype=dtype, device=tokens.device).scatter_(
+        -1, tokens[..., None], 1.0
+    )
