@@ -5,7 +5,11 @@ apart), so history is keyed by the absolute segment position. Each sample has a 
 indexed by position modulo `size` with `depth` iterations per row (circular by observation count): a
 topology observes its undecided positions within a span of `Topology.span` positions, so a live
 position's row is never taken by another one, and a row whose owner changed starts counting afresh.
-Every operation is a few indexing ops on the device for all samples at once: no host bookkeeping.
+Rows of all samples are stored flat (sample * size + position % size), so every operation is a few
+1-D index ops on the device for all samples at once: no host bookkeeping.
+
+Growth of one token at a position (what the statistics need for every tested draft) reads that token's
+last N + 1 probabilities only; the whole (T, V) mask is formed only for a proposal that reads it (VP).
 """
 
 from __future__ import annotations
@@ -17,35 +21,42 @@ class ProbabilityHistory:
     def __init__(
         self, batch: int, size: int, depth: int, vocab_size: int, device: torch.device, dtype: torch.dtype
     ) -> None:
-        self.size, self.depth = size, depth
-        self.probs = torch.zeros(batch, size, depth, vocab_size, dtype=dtype, device=device)  # (B, R, H, V)
-        self.count = torch.zeros(batch, size, dtype=torch.long, device=device)  # observations so far
-        self.owner = torch.full((batch, size), -1, dtype=torch.long, device=device)  # position of each row
+        self.size, self.depth, self.vocab_size = size, depth, vocab_size
+        rows = batch * size
+        self.probs = torch.zeros(rows * depth, vocab_size, dtype=dtype, device=device)  # (B*R*H, V)
+        self.count = torch.zeros(rows, dtype=torch.long, device=device)  # observations so far
+        self.owner = torch.full((rows,), -1, dtype=torch.long, device=device)  # position of each row
         self._back = torch.arange(depth, device=device)
+
+    def _rows(self, samples: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return samples * self.size + positions % self.size
+
+    def locate(self, samples: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rows (T,), observations so far (T,)) of each (sample, position): what `grew` reads."""
+        rows = self._rows(samples, positions)
+        return rows, self.count.index_select(0, rows) * (self.owner.index_select(0, rows) == positions)
 
     def push(self, samples: torch.Tensor, positions: torch.Tensor, probs: torch.Tensor) -> None:
         """Record this iteration's distributions probs (T, V) of samples (T,) at positions (T,), one
         row per (sample, position)."""
-        rows = positions % self.size
-        new = self.owner[samples, rows] != positions
-        count = torch.where(new, 0, self.count[samples, rows])
-        self.owner[samples, rows] = positions
-        self.probs[samples, rows, count % self.depth] = probs.to(self.probs.dtype)
-        self.count[samples, rows] = count + 1
+        rows = self._rows(samples, positions)
+        count = self.count.index_select(0, rows) * (self.owner.index_select(0, rows) == positions)
+        self.probs.index_copy_(0, rows * self.depth + count % self.depth, probs.to(self.probs.dtype))
+        self.owner.index_copy_(0, rows, positions)
+        self.count.index_copy_(0, rows, count + 1)
 
     def observations(self, samples: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """(T,) observations so far of each (sample, position)."""
-        rows = positions % self.size
-        return torch.where(self.owner[samples, rows] == positions, self.count[samples, rows], 0)
+        return self.locate(samples, positions)[1]
 
     def last(self, samples: torch.Tensor, positions: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The last k distributions, newest first: (T, k, V), and validity (T, k)."""
         k = min(k, self.depth)
-        rows = positions % self.size
+        rows = self._rows(samples, positions)
         count = self.observations(samples, positions)  # (T,)
         back = self._back[:k]  # (k,)
-        slots = (count[:, None] - 1 - back) % self.depth  # (T, k)
-        return self.probs[samples[:, None], rows[:, None], slots], count[:, None] > back
+        slots = rows[:, None] * self.depth + (count[:, None] - 1 - back) % self.depth  # (T, k)
+        return self.probs[slots], count[:, None] > back
 
     def growth_mask(
         self, samples: torch.Tensor, positions: torch.Tensor, steps: int, strict_increases: bool = True
@@ -58,23 +69,39 @@ class ProbabilityHistory:
         """
         n_obs = steps + 1 if strict_increases else steps
         if n_obs < 2 or n_obs > self.depth:
-            return torch.zeros(positions.shape[0], self.probs.shape[-1], dtype=torch.bool, device=positions.device)
+            return torch.zeros(positions.shape[0], self.vocab_size, dtype=torch.bool, device=positions.device)
         recent, valid = self.last(samples, positions, n_obs)  # (T, n_obs, V) newest first
         rising = (recent[:, :-1] > recent[:, 1:]).all(dim=1)  # (T, V)
         return rising & valid[:, -1:]
 
+    def grew(
+        self, where: tuple[torch.Tensor, torch.Tensor], tokens: torch.Tensor, steps: int, strict_increases: bool = True
+    ) -> torch.Tensor:
+        """(T,) M for one token (T,) at each located (sample, position) (`locate`): `growth_mask(...)[i,
+        tokens[i]]`, reading that token's last N + 1 probabilities only."""
+        rows, count = where
+        n_obs = steps + 1 if strict_increases else steps
+        if n_obs < 2 or n_obs > self.depth:
+            return torch.zeros(rows.shape[0], dtype=torch.bool, device=rows.device)
+        slots = rows[:, None] * self.depth + (count[:, None] - 1 - self._back[:n_obs]) % self.depth  # (T, n_obs)
+        recent = self.probs.view(-1).take(slots * self.vocab_size + tokens[:, None])  # (T, n_obs) newest first
+        return (recent[:, :-1] > recent[:, 1:]).all(dim=1) & (count >= n_obs)
+
     def trajectory(self, sample: int, position: int, token: int) -> list[float]:
         """Probabilities of `token` at `position` of one sample, oldest first, over the kept iterations."""
-        row = position % self.size
-        if int(self.owner[sample, row]) != position:
+        row = sample * self.size + position % self.size
+        if int(self.owner[row]) != position:
             return []
-        count = int(self.count[sample, row])
+        count = int(self.count[row])
         kept = min(count, self.depth)
-        slots = [(count - kept + i) % self.depth for i in range(kept)]
-        return self.probs[sample, row, slots, token].float().round(decimals=5).tolist()
+        slots = [row * self.depth + (count - kept + i) % self.depth for i in range(kept)]
+        return self.probs[slots, token].round(decimals=5).tolist()
 
     def reset(self, sample: int) -> None:
-        self.owner[sample] = -1
+        self.owner[sample * self.size : (sample + 1) * self.size] = -1
 
     def retain(self, samples: torch.Tensor) -> None:
-        self.probs, self.count, self.owner = self.probs[samples], self.count[samples], self.owner[samples]
+        """Keep these samples' rows, in this order."""
+        rows = (samples[:, None] * self.size + torch.arange(self.size, device=samples.device)).reshape(-1)
+        deep = (rows[:, None] * self.depth + self._back).reshape(-1)
+        self.probs, self.count, self.owner = self.probs[deep], self.count[rows], self.owner[rows]

@@ -40,6 +40,7 @@ from sjdbench.decoding.parts import (
     Proposal,
     ProposalContext,
     SampleView,
+    TestRows,
     Topology,
     Verdict,
     Verifier,
@@ -189,6 +190,7 @@ class BatchDecode:
         self.init_state = decoder.init.begin(self.init_ctx)
         self.rows: list[Active | None] = [None] * B
         self.bad_prefill = torch.zeros((), dtype=torch.bool, device=self.device)
+        self.deferred: tuple | None = None  # growth flags of the last tests, read with the next host sync
 
     # -- the batch -----------------------------------------------------------------------------------
 
@@ -229,6 +231,7 @@ class BatchDecode:
         done = [i for i, row in enumerate(self.rows) if row is not None and row.decided.all()]
         if not done:
             return
+        self.flush_growth()
         tokens = self.tokens[done].cpu()
         for i, row in enumerate(done):
             active = self.rows[row]
@@ -313,90 +316,136 @@ class BatchDecode:
         return Fed(windows, lengths, positions, tokens, p, bad, nodes, _offsets([len(w.nodes) for w in windows]))
 
     def verify(self, fed: Fed) -> tuple[list[Verdict], torch.Tensor]:
-        """Every draft's test at once (one verifier call, one host sync), then each window's walk, then
-        the emitted tokens, each sample's from its own generator."""
+        """Every draft's test at once (one verifier call, one host sync, which also brings the last
+        iteration's growth flags to the recorder), then each window's walk, then the emitted tokens,
+        each sample's from its own generator."""
         generators = [row.request.generator for row in self.rows]
-        checked = verify_windows(
-            self.topology, self.decoder.verifier, fed.windows, fed.p, fed.nodes, generators, fed.bad
+        carry, deferred = self.carry(fed.bad)
+        verdicts, emitted, host = verify_windows(
+            self.topology, self.decoder.verifier, fed.windows, fed.p, fed.nodes, generators, carry
         )
-        if checked is None:
+        if host[0]:
             self.raise_non_finite(fed)
-        return checked
+        if deferred is not None:
+            self.recorder.record_growth(*deferred, host[1:].reshape(-1, 4))
+        return verdicts, emitted
+
+    def carry(self, bad: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
+        """What the iteration's one host sync brings back besides the verifier's flags: the non-finite
+        flag, then the growth flags (T, 4) of the tests recorded last iteration (deferred to this sync
+        so that recording them costs no sync of its own)."""
+        deferred, self.deferred = self.deferred, None
+        if deferred is None:
+            return bad[None], None
+        *host, flags = deferred
+        return torch.cat([bad[None], flags.reshape(-1)]), tuple(host)
+
+    def flush_growth(self) -> None:
+        """Record deferred growth flags now (a sample finishes before another sync would bring them)."""
+        if self.deferred is not None:
+            *host, flags = self.deferred
+            self.deferred = None
+            self.recorder.record_growth(*host, flags.cpu().numpy())
 
     def commit(self, fed: Fed, verdicts: list[Verdict], emitted: torch.Tensor) -> list[np.ndarray]:
         """Write the decided tokens, keep the roots not yet cached and the accepted drafts in the cache.
         Returns each sample's newly decided positions."""
+        device = self.device
         samples, positions, pieces, kept, decided = [], [], [], [], []
         e = 0
         for b, (w, v, active) in enumerate(zip(fed.windows, verdicts, self.rows)):
             accepted_pos = w.positions[v.accepted]
             emitted_pos = w.positions[v.emit_slots] + 1
-            here = np.concatenate([accepted_pos, emitted_pos, w.decided])
+            here = (
+                np.concatenate([accepted_pos, emitted_pos, w.decided])
+                if len(w.decided)
+                else np.concatenate([accepted_pos, emitted_pos])
+            )
             active.decided[here] = True
-            keep = np.sort(np.concatenate([np.flatnonzero(w.commit_root), v.accepted]))
+            roots = np.flatnonzero(w.commit_root)
+            keep = np.concatenate([roots, v.accepted]) if len(v.accepted) else roots
+            if len(roots) > 1:
+                keep = np.sort(keep)
             active.cached[w.positions[keep]] = True
             kept.append(keep)
-            decided.append(np.sort(here))
+            decided.append(here)
             samples.append(np.full(len(here), b))
             positions.append(here)
             if len(v.accepted):
-                pieces.append(fed.tokens[b, torch.as_tensor(v.accepted, device=self.device)])
+                pieces.append(
+                    fed.tokens[b, v.accepted[0] : v.accepted[-1] + 1]
+                    if _consecutive(v.accepted)
+                    else fed.tokens[b, torch.as_tensor(v.accepted, device=device)]
+                )
             if len(emitted_pos):
                 pieces.append(emitted[e : e + len(emitted_pos)])
                 e += len(emitted_pos)
             if len(w.decided):
-                pieces.append(self.constants.forced[torch.as_tensor(w.decided, device=self.device)])
+                pieces.append(self.constants.forced[torch.as_tensor(w.decided, device=device)])
         if pieces:
-            rows = torch.as_tensor(np.concatenate(samples), device=self.device)
-            where = torch.as_tensor(np.concatenate(positions), device=self.device)
+            where = torch.as_tensor(np.stack([np.concatenate(samples), np.concatenate(positions)]), device=device)
             tokens = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-            self.tokens[rows, where] = tokens
-            self.decoder.init.observe(self.init_state, rows, where, tokens)
-        slots = np.full((len(kept), max(len(k) for k in kept)), -1, dtype=np.int64)
+            self.tokens[where[0], where[1]] = tokens
+            self.decoder.init.observe(self.init_state, where[0], where[1], tokens)
+        width = max(len(k) for k in kept)
+        slots = np.full((len(kept), width), -1, dtype=np.int64)
         for b, keep in enumerate(kept):
             slots[b, : len(keep)] = keep
-        self.adapter.commit(self.cache, torch.as_tensor(slots, device=self.device))
+        self.adapter.commit(self.cache, torch.as_tensor(slots, device=device))
         return decided
 
     def observe(self, fed: Fed, verdicts: list[Verdict], decided: list[np.ndarray]) -> None:
         """This iteration's distributions enter the history (one row per realized position) and the
         init's view; the recorder gets one record of everything the verifier decided on."""
-        device, windows = self.device, fed.windows
-        real_b = np.concatenate([np.full(len(v.realized), b) for b, v in enumerate(verdicts)])
-        real_slot = np.concatenate([v.realized for v in verdicts])
-        rb, rs = torch.as_tensor(real_b, device=device), torch.as_tensor(real_slot, device=device)
-        targets = torch.as_tensor(fed.positions[real_b, real_slot] + 1, device=device)
-        p_real = fed.p[rb, rs]  # (R, V)
-        self.decoder.init.observe_p(self.init_state, rb, targets, p_real)
-        history = self.history
-        if history is not None:
-            history.push(rb, targets, p_real)
+        device, windows, history, init = self.device, fed.windows, self.history, self.decoder.init
+        if history is not None or init.reads_p:
+            real_b = _cat([np.full(len(v.realized), b) for b, v in enumerate(verdicts)])
+            real_slot = _cat([v.realized for v in verdicts])
+            index = torch.as_tensor(np.stack([real_b, real_slot, fed.positions[real_b, real_slot] + 1]), device=device)
+            p_real = fed.p[index[0], index[1]]  # (R, V)
+            init.observe_p(self.init_state, index[0], index[2], p_real)
+            if history is not None:
+                history.push(index[0], index[2], p_real)
 
-        test_b = np.concatenate([np.full(len(v.tested), b) for b, v in enumerate(verdicts)])
-        tested = np.concatenate([v.tested for v in verdicts])
-        test_node = np.concatenate([w.node_of[v.tested] + off for w, v, off in zip(windows, verdicts, fed.offsets)])
-        test_pos = fed.positions[test_b, tested]
-        accepted = np.concatenate([np.isin(v.tested, v.accepted) for v in verdicts])
         c = self.constants
-        depth = np.concatenate([w.depth[v.tested] for w, v in zip(windows, verdicts)])
-        sibling = np.concatenate([w.sibling[v.tested] for w, v in zip(windows, verdicts)])
-        tests = Tests(
-            test_b, depth, sibling, c.grid_row[test_pos], accepted, c.content[test_pos], fed.nodes.fresh[test_node]
-        )
-        if history is not None:
-            node_t = torch.as_tensor(test_node, device=device)
-            tb, tp = torch.as_tensor(test_b, device=device), torch.as_tensor(test_pos, device=device)
-            growth = history.growth_mask(tb, tp, self.decoder.growth_steps, self.decoder.strict_increases)
-            tests.grew, tests.eligible = fed.nodes.grew[node_t], fed.nodes.eligible[node_t]
-            tests.grew_verify = growth.gather(-1, fed.nodes.tokens[node_t][:, None]).squeeze(-1)
-            tests.eligible_verify = history.observations(tb, tp) >= self.decoder.growth_observations
-        in_flight = np.array([w.in_flight for w in windows])
+        tested = [v.tested for v in verdicts]
+        if sum(len(x) for x in tested):
+            test_b = _cat([np.full(len(x), b) for b, x in enumerate(tested)])
+            tested_ = _cat(tested)
+            test_node = _cat([w.node_of[x] + off for w, x, off in zip(windows, tested, fed.offsets)])
+            test_pos = fed.positions[test_b, tested_]
+            accepted = _cat([_member(x, v.accepted, len(w)) for x, v, w in zip(tested, verdicts, windows)])
+            depth = _cat([w.depth[x] for w, x in zip(windows, tested)])
+            sibling = _cat([w.sibling[x] for w, x in zip(windows, tested)])
+        else:
+            test_b = tested_ = test_node = test_pos = depth = sibling = np.zeros(0, dtype=np.int64)
+            accepted = np.zeros(0, dtype=bool)
+        content = c.content[test_pos]
+        tests = Tests(test_b, depth, sibling, c.grid_row[test_pos], accepted, content, fed.nodes.fresh[test_node])
         record = IterationRecord(
-            np.arange(len(windows)), np.array([len(d) for d in decided]), fed.lengths, in_flight, tests
+            np.arange(len(windows)),
+            np.array([len(d) for d in decided]),
+            fed.lengths,
+            np.array([w.in_flight for w in windows]),
+            tests,
         )
         self.recorder.record(record)
         if history is not None:
-            self.trace(fed, decided, test_b, tested, accepted)
+            if len(tested_):  # growth flags, to the recorder with the next host sync
+                index = torch.as_tensor(np.stack([test_b, test_pos, test_node]), device=device)
+                nodes, dec, node = fed.nodes, self.decoder, index[2]
+                where = history.locate(index[0], index[1])
+                flags = torch.stack(
+                    [
+                        nodes.eligible[node],
+                        nodes.grew[node],
+                        history.grew(where, nodes.tokens[node], dec.growth_steps, dec.strict_increases),
+                        where[1] >= dec.growth_observations,
+                    ],
+                    dim=-1,
+                )
+                self.deferred = (test_b, accepted & content, content, flags)
+            self.trace(fed, decided, test_b, tested_, accepted)
 
     def trace(
         self, fed: Fed, decided: list[np.ndarray], test_b: np.ndarray, tested: np.ndarray, accepted: np.ndarray
@@ -405,7 +454,8 @@ class BatchDecode:
         of every draft the verifier decided on at a content position, with whether it passed."""
         history, recorder = self.history, self.recorder
         for b, new in enumerate(decided):
-            for pos in sorted(self.traced.intersection(new.tolist())):
+            hits = self.traced.intersection(new.tolist())
+            for pos in sorted(hits):
                 token = int(self.tokens[b, pos])
                 recorder.trajectories[b].append(
                     {"pos": pos, "token": token, "probs": history.trajectory(b, pos, token)}
@@ -425,36 +475,43 @@ class BatchDecode:
         samples, sources, carried = [], [], []
         for b, (w, v, active) in enumerate(zip(fed.windows, verdicts, self.rows)):
             src, carry = v.sources, v.carried
-            if len(src):  # a slot that only caches its token predicts a decided position: nothing to propose
-                open_ = ~active.decided[w.positions[src] + 1]
-                if not open_.all():
-                    src, carry = src[open_], carry[open_]
+            if not len(src):
+                continue
+            open_ = ~active.decided[w.positions[src] + 1]  # a slot that only caches its token predicts nothing
+            if not open_.all():
+                src, carry = src[open_], carry[open_]
             samples.append(np.full(len(src), b))
             sources.append(src)
             carried.append(np.where(carry >= 0, w.node_of[np.maximum(carry, 0)] + fed.offsets[b], -1))
-        per_sample = [len(s) for s in sources]
-        if not sum(per_sample):
+        if not samples:
             return
         sample_ids, source_slots, carried_nodes = map(np.concatenate, (samples, sources, carried))
-        device = self.device
-        sb, ss = torch.as_tensor(sample_ids, device=device), torch.as_tensor(source_slots, device=device)
+        per_sample = np.bincount(sample_ids, minlength=len(fed.windows)).tolist()
+        if not len(sample_ids):
+            return
+        device, dec, history = self.device, self.decoder, self.history
         target_host = fed.positions[sample_ids, source_slots] + 1
-        targets = torch.as_tensor(target_host, device=device)
-        p = fed.p[sb, ss]  # (S, V)
+        index = torch.as_tensor(
+            np.stack([sample_ids, source_slots, target_host, np.maximum(carried_nodes, 0)]), device=device
+        )
+        sb, targets = index[0], index[2]
+        p = fed.p[sb, index[1]]  # (S, V)
         has_old = torch.as_tensor(carried_nodes >= 0, device=device)
         if len(fed.nodes):
-            index = torch.as_tensor(np.maximum(carried_nodes, 0), device=device)
-            old = Carried(fed.nodes.tokens[index], fed.nodes.refs[index].to(p.dtype), has_old)
+            old = Carried(fed.nodes.tokens[index[3]], fed.nodes.refs[index[3]], has_old)
         else:
             old = Carried(torch.zeros_like(sb), torch.zeros_like(p), has_old)
-        history, growth, observed = self.history, None, None
-        if history is not None:
-            growth = history.growth_mask(sb, targets, self.decoder.growth_steps, self.decoder.strict_increases)
-            observed = history.observations(sb, targets) >= self.decoder.growth_observations
+        growth = observed = None
+        if history is not None and dec.proposal.history_depth:
+            growth = history.growth_mask(sb, targets, dec.growth_steps, dec.strict_increases)
         generators = [row.request.generator for row in self.rows]
         ctx = ProposalContext(sb, targets, history, growth, Draws(generators, per_sample, device))
-        drafts, refs = self.decoder.proposal.propose(p, old, ctx)
-        grew = growth.gather(-1, drafts[:, None]).squeeze(-1) if growth is not None else None
+        drafts, refs = dec.proposal.propose(p, old, ctx)
+        grew = None
+        if history is not None:
+            where = history.locate(sb, targets)
+            grew = history.grew(where, drafts, dec.growth_steps, dec.strict_increases)
+            observed = where[1] >= dec.growth_observations
         self.pending.put(sample_ids, Drafts.made(target_host, drafts, refs, self.V, False, grew, observed))
         self.decoder.init.observe(self.init_state, sb, targets, drafts)
 
@@ -488,36 +545,40 @@ def verify_windows(
     p: torch.Tensor,
     nodes: Drafts,
     generators: list[torch.Generator],
-    bad: torch.Tensor | None = None,
-) -> tuple[list[Verdict], torch.Tensor] | None:
+    carry: torch.Tensor | None = None,
+) -> tuple[list[Verdict], torch.Tensor, np.ndarray]:
     """Verification of B windows (p: (B, L, V), nodes: every window's drafts in order): every draft's
-    test in one verifier call, read with one host sync (with the `bad` flag: None returned when it is
-    set), each window's walk, then the emitted tokens (E,), each sample's from its own generator."""
+    test in one verifier call, read with one host sync (which also brings `carry` (C,) bool to the
+    host, returned), each window's walk, then the emitted tokens (E,), each sample's from its own
+    generator."""
     device = p.device
-    rows = [topology.test_rows(w, p[b, : len(w)], verifier) for b, w in enumerate(windows)]
     counts = [len(w.nodes) for w in windows]
-    flag = bad[None] if bad is not None else torch.zeros(1, dtype=torch.bool, device=device)
+    carry = carry if carry is not None else torch.zeros(0, dtype=torch.bool, device=device)
     if sum(counts):
+        rows = [topology.test_rows(w, p[b, : len(w)], verifier) for b, w in enumerate(windows)]
         u = Draws(generators, counts, device).uniform()
-        flags = verifier.accept(torch.cat([r.p for r in rows]), nodes.refs, nodes.tokens, u)
-        host = torch.cat([flags, flag]).cpu().numpy()  # the one host sync per iteration
+        test_p = rows[0].p if len(rows) == 1 else torch.cat([r.p for r in rows])
+        flags = verifier.accept(test_p, nodes.refs, nodes.tokens, u)
+        host = torch.cat([flags, carry]).cpu().numpy()  # the one host sync per iteration
+        passed = np.split(host[: flags.shape[0]], np.cumsum(counts)[:-1])
+        carried = host[flags.shape[0] :]
     else:
-        host = flag.cpu().numpy()
-    if host[-1]:
-        return None
-    passed = np.split(host[:-1], np.cumsum(counts)[:-1])
+        rows = [TestRows(p[b, :0], p[b, : len(w)]) for b, w in enumerate(windows)]  # no drafts to test
+        carried = carry.cpu().numpy()
+        passed = [np.zeros(0, dtype=bool)] * len(windows)
+    if carried.size and carried[0]:
+        return [], p[:0, 0], carried
     verdicts = [topology.verify(w, p[b, : len(w)], rows[b], passed[b], verifier) for b, w in enumerate(windows)]
-    base = torch.cat([v.emit_base for v in verdicts])  # (E, V)
-    rejected = np.concatenate(
-        [np.where(v.emit_rejected >= 0, v.emit_rejected + offset, -1) for v, offset in zip(verdicts, _offsets(counts))]
-    )
+    base = verdicts[0].emit_base if len(verdicts) == 1 else torch.cat([v.emit_base for v in verdicts])  # (E, V)
+    offsets = _offsets(counts)
+    rejected = [np.where(v.emit_rejected >= 0, v.emit_rejected + off, -1) for v, off in zip(verdicts, offsets)]
+    rejected = rejected[0] if len(rejected) == 1 else np.concatenate(rejected)
     residual_rows = np.flatnonzero(rejected >= 0)
     if residual_rows.size:  # the verifier's replacement where a draft was rejected
-        rows_t = torch.as_tensor(residual_rows, device=device)
-        node_t = torch.as_tensor(rejected[residual_rows], device=device)
-        residual = verifier.replacement(base[rows_t], nodes.refs[node_t], nodes.tokens[node_t])
-        base = base.index_copy(0, rows_t, residual)
-    return verdicts, sample(base, Draws(generators, [len(v.emit_slots) for v in verdicts], device))
+        index = torch.as_tensor(np.stack([residual_rows, rejected[residual_rows]]), device=device)
+        residual = verifier.replacement(base[index[0]], nodes.refs[index[1]], nodes.tokens[index[1]])
+        base = residual if residual_rows.size == base.shape[0] else base.index_copy(0, index[0], residual)
+    return verdicts, sample(base, Draws(generators, [len(v.emit_slots) for v in verdicts], device)), carried
 
 
 def non_finite(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -534,3 +595,18 @@ def _pad(values: np.ndarray, length: int) -> np.ndarray:
 
 def _offsets(counts: list[int]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+
+
+def _cat(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def _member(values: np.ndarray, members: np.ndarray, size: int) -> np.ndarray:
+    """(len(values),) bool: which values (slots < size) are among `members` (np.isin for small slots)."""
+    table = np.zeros(size, dtype=bool)
+    table[members] = True
+    return table[values]
+
+
+def _consecutive(slots: np.ndarray) -> bool:
+    return int(slots[-1]) - int(slots[0]) == len(slots) - 1

@@ -18,6 +18,7 @@ the base classes with defaults, so the loop calls them unconditionally.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -145,6 +146,8 @@ class InitContext:
 
 
 class Init(Part):
+    reads_p: ClassVar[bool] = False  # wants `observe_p` (the loop skips gathering the rows otherwise)
+
     def begin(self, ctx: InitContext) -> Any:
         """The init's own state for a batch (None when it keeps none)."""
         return None
@@ -248,7 +251,7 @@ class Window:
     def node_slots(self) -> np.ndarray:
         return np.flatnonzero(self.parent >= 0)
 
-    @property
+    @functools.cached_property
     def node_of(self) -> np.ndarray:
         """(L,) each draft slot's row in `nodes`, -1 for roots."""
         index = np.full(len(self), -1, dtype=np.int64)

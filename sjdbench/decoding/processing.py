@@ -56,7 +56,8 @@ def process_logits(logits: torch.Tensor, allowed: torch.Tensor, sampling: Sampli
     if sampling.temperature != 1.0:  # x / 1 == x: skip an op per call at the default temperature
         mixed = mixed / sampling.temperature
     if sampling.top_k and sampling.top_k < mixed.shape[-1]:
-        kth = torch.topk(mixed, sampling.top_k, dim=-1).values[..., -1:]  # (L, 1)
+        # the k-th largest value (kthvalue: the same value topk gives, a few times faster on a CPU)
+        kth = torch.kthvalue(mixed, mixed.shape[-1] - sampling.top_k + 1, dim=-1, keepdim=True).values  # (..., 1)
         mixed = mixed.masked_fill(mixed < kth, NEG_INF)
     if sampling.top_p < 1.0:
         sorted_logits, order = mixed.sort(dim=-1, descending=True)

@@ -108,10 +108,6 @@ class Tests:
     accepted: np.ndarray  # (T,) bool
     content: np.ndarray  # (T,) bool: a content position (forced drafts are not counted)
     fresh: np.ndarray  # (T,) bool
-    grew: torch.Tensor | None = None  # (T,) device: M on the draft when it was proposed
-    eligible: torch.Tensor | None = None
-    grew_verify: torch.Tensor | None = None  # (T,) device: M up to and including this iteration
-    eligible_verify: torch.Tensor | None = None
 
 
 @dataclass
@@ -164,7 +160,7 @@ class Recorder:
     def _allocate(self, batch: int) -> None:
         self.counts = {key: np.zeros(batch, dtype=np.int64) for key in self.scalars}
         self.arrays = {key: np.zeros((batch, width), dtype=np.int64) for key, width in self.shape.items()}
-        self.growth = torch.zeros(batch, len(GROWTH), dtype=torch.long, device=self.device)
+        self.growth = np.zeros((batch, len(GROWTH)), dtype=np.int64)
         self.trajectories: list[list] = [[] for _ in range(batch)]
         self.draft_traces: list[list] = [[] for _ in range(batch)]
 
@@ -185,37 +181,59 @@ class Recorder:
         c["nfe"][s] += 1
         c["iterations"][s] += 1
         c["slots_fed"][s] += record.slots
-        np.add.at(a["accept_len_hist"], (s, record.decided), 1)
-        np.add.at(a["rows_in_flight"], (s, np.minimum(record.in_flight, self.shape["rows_in_flight"] - 1)), 1)
+        a["accept_len_hist"][s, record.decided] += 1  # one entry per sample: no repeated index
+        a["rows_in_flight"][s, np.minimum(record.in_flight, self.shape["rows_in_flight"] - 1)] += 1
         t = record.tests
         if t.sample.size == 0:
             return
+        batch = len(c["nfe"])
         verified = t.content
         acc = t.accepted & verified
-        np.add.at(c["verified"], t.sample, verified)
-        np.add.at(c["accepted"], t.sample, acc)
-        np.add.at(c["verified_no_fresh"], t.sample, verified & ~t.fresh)
-        np.add.at(c["accepted_no_fresh"], t.sample, acc & ~t.fresh)
+        old = ~t.fresh
+        for key, values in (
+            ("verified", verified),
+            ("accepted", acc),
+            ("verified_no_fresh", verified & old),
+            ("accepted_no_fresh", acc & old),
+        ):
+            c[key] += np.bincount(t.sample, values, minlength=batch).astype(np.int64)
         slot = np.minimum(t.depth - 1, self.shape["slot_verified"] - 1)
-        np.add.at(a["slot_verified"], (t.sample, slot), verified)
-        np.add.at(a["slot_accepted"], (t.sample, slot), acc)
         sib = np.minimum(t.sibling, self.shape["sibling_verified"] - 1)
-        np.add.at(a["sibling_verified"], (t.sample, sib), verified)
-        np.add.at(a["sibling_accepted"], (t.sample, sib), acc)
-        if self.shape["row_verified"]:
-            grid = t.row >= 0
-            np.add.at(a["row_verified"], (t.sample[grid], t.row[grid]), verified[grid])
-            np.add.at(a["row_accepted"], (t.sample[grid], t.row[grid]), acc[grid])
-        if t.grew is None:
-            return  # no probability history kept: growth statistics are not tracked
-        acc_t = torch.as_tensor(acc, device=self.device)
-        ver_t = torch.as_tensor(verified, device=self.device)
-        flags = [t.eligible & acc_t, t.eligible & t.grew & acc_t, t.grew & ver_t, t.grew & acc_t]
-        if t.grew_verify is not None:
-            flags += [t.eligible_verify & acc_t, t.eligible_verify & t.grew_verify & acc_t]
-        stacked = torch.stack(flags, dim=-1).long()  # (T, 4 or 6)
-        rows = torch.as_tensor(t.sample, device=self.device)
-        self.growth[:, : stacked.shape[1]].index_add_(0, rows, stacked)
+        grid = t.row >= 0
+        for name, index, keep in (("slot", slot, None), ("sibling", sib, None), ("row", t.row, grid)):
+            width = self.shape[f"{name}_verified"]
+            if not width:
+                continue
+            cell = t.sample * width + index
+            if keep is not None:
+                cell, ver, ac = cell[keep], verified[keep], acc[keep]
+            else:
+                ver, ac = verified, acc
+            a[f"{name}_verified"] += (
+                np.bincount(cell, ver, minlength=batch * width).astype(np.int64).reshape(batch, width)
+            )
+            a[f"{name}_accepted"] += (
+                np.bincount(cell, ac, minlength=batch * width).astype(np.int64).reshape(batch, width)
+            )
+
+    def record_growth(self, sample: np.ndarray, accepted: np.ndarray, verified: np.ndarray, flags: np.ndarray) -> None:
+        """Growth counters of T tests (host arrays): flags (T, 4) = M on the draft when proposed and
+        whether its position then had enough observations, M up to and including the verifying
+        iteration and its observations."""
+        eligible, grew, grew_verify, eligible_verify = (flags[:, i].astype(bool) for i in range(4))
+        counts = np.stack(
+            [
+                eligible & accepted,
+                eligible & grew & accepted,
+                grew & verified,
+                grew & accepted,
+                eligible_verify & accepted,
+                eligible_verify & grew_verify & accepted,
+            ]
+        )
+        batch = self.growth.shape[0]
+        for k, values in enumerate(counts):
+            self.growth[:, k] += np.bincount(sample, values, minlength=batch).astype(np.int64)
 
     def finish(self, sample: int) -> DecodeStats:
         growth = self.growth[sample].tolist()
@@ -233,6 +251,6 @@ class Recorder:
     def retain(self, samples: list[int]) -> None:
         self.counts = {key: value[samples] for key, value in self.counts.items()}
         self.arrays = {key: value[samples] for key, value in self.arrays.items()}
-        self.growth = self.growth[torch.as_tensor(samples, device=self.device)]
+        self.growth = self.growth[samples]
         self.trajectories = [self.trajectories[i] for i in samples]
         self.draft_traces = [self.draft_traces[i] for i in samples]

@@ -89,16 +89,17 @@ def _join(values: list):
 class PendingDrafts:
     """The waiting drafts of B samples: a ring of `size` entries per sample, entry = position % size.
 
-    Device fields mirror `Drafts` ((B, size, ...)); the host keeps the position each entry holds
-    (-1: empty) and the fresh flag, which the statistics read on the host."""
+    Device fields mirror `Drafts`, stored flat by entry (sample * size + position % size); the host
+    keeps the position each entry holds (-1: empty) and the fresh flag, which the statistics read on
+    the host."""
 
     def __init__(self, batch: int, size: int, vocab_size: int, device: torch.device, dtype: torch.dtype) -> None:
-        self.size = size
+        self.size, self.batch = size, batch
         self.position = np.full((batch, size), -1, dtype=np.int64)
         self.fresh = np.zeros((batch, size), dtype=bool)
-        self.tokens = torch.zeros(batch, size, dtype=torch.long, device=device)
-        self.refs = torch.zeros(batch, size, vocab_size, dtype=dtype, device=device)
-        self.flags = torch.zeros(batch, size, 2, dtype=torch.bool, device=device)  # grew, eligible
+        self.tokens = torch.zeros(batch * size, dtype=torch.long, device=device)
+        self.refs = torch.zeros(batch * size, vocab_size, dtype=dtype, device=device)
+        self.flags = torch.zeros(batch * size, 2, dtype=torch.bool, device=device)  # grew, eligible
 
     def missing(self, sample: int, positions: np.ndarray) -> np.ndarray:
         """(k,) bool: no draft waits at these positions."""
@@ -107,12 +108,12 @@ class PendingDrafts:
     def get(self, sample: int, positions: np.ndarray) -> Drafts:
         """The drafts waiting at these positions (every one must be present)."""
         entry = positions % self.size
-        index = torch.as_tensor(entry, device=self.tokens.device)
-        flags = self.flags[sample, index]
+        index = torch.as_tensor(sample * self.size + entry, device=self.tokens.device)
+        flags = self.flags.index_select(0, index)
         return Drafts(
             positions,
-            self.tokens[sample, index],
-            self.refs[sample, index],
+            self.tokens.index_select(0, index),
+            self.refs.index_select(0, index),
             self.fresh[sample, entry],
             flags[:, 0],
             flags[:, 1],
@@ -125,11 +126,10 @@ class PendingDrafts:
         entry = drafts.positions % self.size
         self.position[samples, entry] = drafts.positions
         self.fresh[samples, entry] = drafts.fresh
-        device = self.tokens.device
-        rows, cols = torch.as_tensor(samples, device=device), torch.as_tensor(entry, device=device)
-        self.tokens[rows, cols] = drafts.tokens
-        self.refs[rows, cols] = drafts.refs.to(self.refs.dtype)
-        self.flags[rows, cols] = torch.stack([drafts.grew, drafts.eligible], dim=-1)
+        index = torch.as_tensor(samples * self.size + entry, device=self.tokens.device)
+        self.tokens.index_copy_(0, index, drafts.tokens)
+        self.refs.index_copy_(0, index, drafts.refs.to(self.refs.dtype))
+        self.flags.index_copy_(0, index, torch.stack([drafts.grew, drafts.eligible], dim=-1))
 
     def clear(self, sample: int) -> None:
         self.position[sample] = -1
@@ -137,5 +137,7 @@ class PendingDrafts:
     def retain(self, samples: list[int]) -> None:
         """Keep these samples' rows, in this order (the batch shrank)."""
         self.position, self.fresh = self.position[samples], self.fresh[samples]
-        index = torch.as_tensor(samples, device=self.tokens.device)
+        rows = (np.asarray(samples)[:, None] * self.size + np.arange(self.size)).reshape(-1)
+        index = torch.as_tensor(rows, device=self.tokens.device)
         self.tokens, self.refs, self.flags = self.tokens[index], self.refs[index], self.flags[index]
+        self.batch = len(samples)

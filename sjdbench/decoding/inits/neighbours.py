@@ -61,6 +61,10 @@ class SpatialInit(Init):
     table = "left"  # which neighbour: left | above
     use_argmax = False  # copy the neighbour's latest argmax when known (else its guess)
 
+    @property
+    def reads_p(self) -> bool:  # type: ignore[override]
+        return self.use_argmax
+
     @classmethod
     def lossless(cls, config, **children: bool) -> bool:
         """A fresh draft carries the distribution it was drawn from as its reference (one-hot): the exact
