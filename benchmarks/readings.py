@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from sjdbench.decoding.loop import Decoder, jacobi_decode
-from sjdbench.decoding.parts import resolve_part
+from sjdbench.decoding.registry import resolve_part
 from sjdbench.exactness import TabulatedAdapter, chi_square, exact_probabilities, expected_tv_noise
 from sjdbench.models.debug import build_debug_adapter
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from sjdbench.adapter import Sampling
-from sjdbench.decoding.loop import Decoder, jacobi_decode
+from sjdbench.decoding.loop import Decoder, Request, jacobi_decode_batch
 from sjdbench.decoding.processing import StructureMasks, process_logits
 
 
@@ -37,7 +38,8 @@ def enumerable_model():
 
 
 class TabulatedAdapter:
-    """Wraps an adapter; serves prefill/forward from a table of every prefix's logits."""
+    """Wraps an adapter; serves prefill/forward from a table of every prefix's logits, for a batch of
+    samples (each sample's window answered on its own, as the contract says)."""
 
     def __init__(self, adapter, prompt: str) -> None:
         self.inner = adapter
@@ -45,6 +47,7 @@ class TabulatedAdapter:
         self.live_forwards = 0  # forwards answered by the wrapped model (contexts with holes)
         for attr in ("name", "vocab_size", "layout", "image_token_ids", "default_sampling", "device"):
             setattr(self, attr, getattr(adapter, attr))
+        self.dtype = torch.float32
         self.table = self._tabulate()
 
     def sequences(self) -> list[tuple[int, ...]]:
@@ -57,36 +60,51 @@ class TabulatedAdapter:
         prompt = inner.encode_prompt(self.prompt_text)
         N = self.layout.n_positions
         table: dict[tuple[int, ...], torch.Tensor] = {}
+        device = inner.device
         for seq in self.sequences():
-            cache = inner.new_cache(prompt, extra=N - 1)
-            table[()] = inner.prefill(prompt, cache).cpu()  # (2, V)
-            logits = inner.forward(
-                torch.tensor(seq[: N - 1], device=inner.device), torch.arange(N - 1, device=inner.device), cache
-            ).cpu()  # (2, N-1, V)
-            for j in range(1, N):
+            cache = inner.new_cache(1, prompt.length, N - 1)
+            table[()] = inner.prefill(cache, [0], [prompt])[0].float().cpu()  # (2, V)
+            tokens = torch.tensor(seq[: N - 1], device=device)[None]
+            logits = inner.forward(cache, tokens, torch.arange(N - 1, device=device)[None])[0].float().cpu()
+            for j in range(1, N):  # logits (2, N-1, V)
                 table[seq[:j]] = logits[:, j - 1]
         return table
 
-    def encode_prompt(self, text: str):
-        return text
+    def encode_prompt(self, text: str) -> Any:
+        return self.inner.encode_prompt(self.prompt_text)
 
-    def new_cache(self, prompt, extra: int) -> dict:
-        """committed[j]: the token committed at segment position j (-1: none yet); window: the last
-        forward's (tokens, positions); calls: this decode's forwards and commits, replayed on the wrapped
-        model when a window first needs it; live: the wrapped model's cache is in step."""
-        return {
-            "committed": [-1] * self.layout.n_positions,
-            "window": ([], []),
-            "calls": [],
-            "extra": extra,
-            "live": False,
-        }
+    def new_cache(self, batch: int, prompt_len: int, window: int) -> list[dict]:
+        """Per sample: committed[j], the token committed at segment position j (-1: none yet); window,
+        the last forward's (tokens, positions); calls, this decode's forwards and commits, replayed on the
+        wrapped model when a window first needs it; live: the wrapped model's cache is in step."""
+        self._window = window
+        return [self._fresh() for _ in range(batch)]
 
-    def prefill(self, prompt, cache) -> torch.Tensor:
-        return self.table[()].to(self.device)
+    def _fresh(self) -> dict:
+        return {"committed": [-1] * self.layout.n_positions, "window": ([], []), "calls": [], "live": False}
+
+    def prefill(self, cache: list[dict], samples: list[int], prompts: list) -> torch.Tensor:
+        for sample in samples:
+            cache[sample] = self._fresh()
+        return self.table[()].to(self.device).expand(len(samples), -1, -1)
 
     def forward(
-        self, tokens: torch.Tensor, positions: torch.Tensor, cache: dict, mask: torch.Tensor | None = None
+        self,
+        cache: list[dict],
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        horizon: int | None = None,
+    ) -> torch.Tensor:
+        return torch.stack(
+            [
+                self._forward_one(c, tokens[b], positions[b], None if mask is None else mask[b])
+                for b, c in enumerate(cache)
+            ]
+        )
+
+    def _forward_one(
+        self, cache: dict, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         values, where = tokens.tolist(), positions.tolist()
         cache["window"] = (values, where)
@@ -105,37 +123,52 @@ class TabulatedAdapter:
         cache["calls"].append(("forward", tokens, positions, mask))
         return torch.stack(rows, dim=1).to(self.device)  # (2, L, V)
 
-    def commit(self, cache: dict, slots: torch.Tensor) -> None:
-        values, where = cache["window"]
-        for slot in slots.tolist():
-            cache["committed"][where[slot]] = values[slot]
-        if cache["live"]:
-            self.inner.commit(cache["inner"], slots)
-        else:
-            cache["calls"].append(("commit", slots))
+    def commit(self, cache: list[dict], slots: torch.Tensor) -> None:
+        for c, row in zip(cache, slots):
+            kept = row[row >= 0]
+            values, where = c["window"]
+            for slot in kept.tolist():
+                c["committed"][where[slot]] = values[slot]
+            if c["live"]:
+                self.inner.commit(c["inner"], kept[None])
+            else:
+                c["calls"].append(("commit", kept))
+
+    def retain(self, cache: list[dict], samples: list[int]) -> None:
+        cache[:] = [cache[i] for i in samples]
 
     def _live(self, call: tuple, cache: dict) -> torch.Tensor:
         """Run `call` on the wrapped model, first replaying this decode's earlier calls on a fresh cache."""
         inner = self.inner
         if not cache["live"]:
             prompt = inner.encode_prompt(self.prompt_text)
-            cache["inner"] = inner.new_cache(prompt, extra=cache["extra"])
-            inner.prefill(prompt, cache["inner"])
+            cache["inner"] = inner.new_cache(1, prompt.length, self._window)
+            inner.prefill(cache["inner"], [0], [prompt])
             for name, *args in cache["calls"]:
                 if name == "forward":
-                    inner.forward(args[0], args[1], cache["inner"], args[2])
+                    inner.forward(
+                        cache["inner"], args[0][None], args[1][None], None if args[2] is None else args[2][None]
+                    )
                 else:
-                    inner.commit(cache["inner"], args[0])
+                    inner.commit(cache["inner"], args[0][None])
             cache["live"], cache["calls"] = True, []
         self.live_forwards += 1
         _, tokens, positions, mask = call
-        return inner.forward(tokens, positions, cache["inner"], mask).to(self.device)
+        out = inner.forward(cache["inner"], tokens[None], positions[None], None if mask is None else mask[None])
+        return out[0].float().to(self.device)
+
+    def decode(self, tokens: torch.Tensor) -> Any:
+        return self.inner.decode(tokens)
 
     def codebook(self) -> torch.Tensor:
         return self.inner.codebook()
 
     def token_embeddings(self) -> torch.Tensor:
         return self.inner.token_embeddings()
+
+    @property
+    def gsd_d_thr(self) -> float:
+        return float(self.inner.gsd_d_thr)
 
 
 def exact_probabilities(adapter: TabulatedAdapter, sampling: Sampling) -> dict[tuple[int, ...], float]:
@@ -244,17 +277,31 @@ def decoder_fit(
     n_samples: int,
     seed: int = 0,
     exact: dict | None = None,
+    batch_size: int = 1,
 ) -> GoodnessOfFit:
-    """Draw n_samples sequences with the decoder and test them against exact AR."""
+    """Draw n_samples sequences with the decoder, `batch_size` at a time in lockstep (each sample with its
+    own generator), and test them against exact AR."""
     exact = exact if exact is not None else exact_probabilities(adapter, sampling)
-    generator = torch.Generator(adapter.device).manual_seed(seed)
-    counts: Counter = Counter()
-    nfe = 0
-    for _ in range(n_samples):
-        result = jacobi_decode(adapter, adapter.prompt_text, decoder, sampling, generator)
-        counts[tuple(result.tokens.tolist())] += 1
-        nfe += result.stats.nfe
+    counts, nfe = sample_sequences(adapter, decoder, sampling, n_samples, seed, batch_size)
     stat, dof, p_value = chi_square(counts, exact)
     tv = 0.5 * sum(abs(counts.get(s, 0) / n_samples - p) for s, p in exact.items())
     tv += 0.5 * sum(c / n_samples for s, c in counts.items() if s not in exact)
     return GoodnessOfFit(n_samples, stat, dof, p_value, tv, expected_tv_noise(exact, n_samples), nfe / n_samples)
+
+
+def sample_sequences(
+    adapter: TabulatedAdapter, decoder: Decoder, sampling: Sampling, n_samples: int, seed: int, batch_size: int = 1
+) -> tuple[Counter, int]:
+    """(counts of each decoded sequence, total NFE) over n_samples decodes; sample i's generator is
+    seeded from (seed, i)."""
+    device = adapter.device
+    requests = [
+        Request(adapter.prompt_text, torch.Generator(device).manual_seed(seed * 1_000_003 + i))
+        for i in range(n_samples)
+    ]
+    counts: Counter = Counter()
+    nfe = 0
+    for _, result in jacobi_decode_batch(adapter, requests, decoder, sampling, batch_size):
+        counts[tuple(result.tokens.tolist())] += 1
+        nfe += result.stats.nfe
+    return counts, nfe

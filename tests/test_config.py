@@ -9,7 +9,8 @@ import yaml
 
 from sjdbench.config import available_groups, compose_run, decoder_spec, group_choices
 from sjdbench.config.identity import label, preset_spec, run_id_for
-from sjdbench.decoding.parts import KINDS, part_choices, part_yaml, resolve_part
+from sjdbench.decoding.parts import KINDS
+from sjdbench.decoding.registry import part_choices, part_yaml, resolve_part
 from sjdbench.errors import UserError
 
 

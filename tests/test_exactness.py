@@ -30,10 +30,11 @@ import numpy as np
 import pytest
 import torch
 
-from sjdbench.decoding.loop import Decoder, jacobi_decode
-from sjdbench.decoding.parts import KnoblessPart, resolve_part
+from sjdbench.decoding.loop import Decoder, Request, jacobi_decode, jacobi_decode_batch
+from sjdbench.decoding.parts import Proposal
 from sjdbench.decoding.processing import sample
-from sjdbench.decoding.topologies.tree import TreeTopology
+from sjdbench.decoding.registry import resolve_part
+from sjdbench.decoding.topologies.tree import TreeConfig, TreeTopology
 from sjdbench.exactness import (
     TabulatedAdapter,
     chi_square,
@@ -46,6 +47,7 @@ from sjdbench.exactness import (
 N_FULL = 20_000
 N_FAST = 8_000
 PROMPT = "ab"
+BATCH = 64  # samples in lockstep in the fast suite
 P_PASS = 1e-3  # a lossless decoder's p-value must exceed this (fixed seeds: deterministic outcome)
 LOSSLESS = ["sjd", "sjd_left", "sjd_pp", "mc_sjd", "sjd_vp", "vp_coupled", "sjd_pac", "sjd_pac_k4", "sjd_pac_deep"]
 LOSSLESS += ["sjd_tree"]  # the draft tree without adaptive continuation (resample proposal)
@@ -61,25 +63,26 @@ def enumerable_adapter():
     return enumerable_model()
 
 
-class StaleReferenceProposal(KnoblessPart):
+class StaleReferenceProposal(Proposal):
     """Deliberately wrong: drafts ~ p_t, but the stored reference is p_{t-1} (wrong iteration)."""
 
     history_depth = 2
 
     def propose(self, p, carried, ctx):
-        recent, valid = ctx.history.last(ctx.positions, 2)
-        return sample(p, ctx.generator), torch.where(valid[:, 1:2], recent[:, 1], p)
+        recent, valid = ctx.history.last(ctx.samples, ctx.positions, 2)
+        return sample(p, ctx.draws), torch.where(valid[:, 1:2], recent[:, 1], p)
 
 
 class UniformBonusTree(TreeTopology):
     """Deliberately wrong (the released code's suspected bug): when every draft of the accepted path
     passed, the next token is drawn uniformly (from the pad) instead of from the last slot's p."""
 
-    def emission(self, window, p, end, children, chains, verifier, node_of):
-        if children:
-            return super().emission(window, p, end, children, chains, verifier, node_of)
-        support = (p[end] > 0).float()
-        return support / support.sum()
+    def verify(self, window, p, rows, passed, verifier):
+        verdict = super().verify(window, p, rows, passed, verifier)
+        bonus = torch.as_tensor(verdict.emit_rejected < 0)[:, None]
+        support = (verdict.emit_base > 0).float()
+        verdict.emit_base = torch.where(bonus, support / support.sum(-1, keepdim=True), verdict.emit_base)
+        return verdict
 
 
 def part(kind: str, name: str, adapter=None, **knobs):
@@ -141,7 +144,7 @@ def make_decoder(kind: str, adapter=None) -> Decoder:
             make_decoder("sjd_pac_deep"), topology=part("topology", "tree", width=2, depth=5, select="longest")
         )
     if kind == "tree_uniform_bonus":  # in 8 slots, a fully accepted path often ends before an image token
-        return replace(make_decoder("sjd_pac"), topology=UniformBonusTree(width=3, depth=3))
+        return replace(make_decoder("sjd_pac"), topology=UniformBonusTree(TreeConfig(width=3, depth=3)))
     if kind == "zipar_apart":  # rows that never overlap (row_start = the grid's width): AR itself
         return replace(base, window=16, topology=part("topology", "rows", row_window=1, row_start=2, emit="all"))
     if kind == "zipar":
@@ -163,15 +166,21 @@ def make_decoder(kind: str, adapter=None) -> Decoder:
     raise KeyError(kind)
 
 
-def _draw(kind: str, n: int, seed: int) -> tuple[Counter, dict]:
+def _draw(kind: str, n: int, seed: int, batch: int) -> tuple[Counter, dict]:
+    """n decodes, `batch` of them in lockstep; with batch = 1 they share one generator, decoded one
+    after another, with batch > 1 each sample has its own."""
     torch.set_num_threads(1)
     adapter = TabulatedAdapter(enumerable_adapter(), PROMPT)
     decoder = make_decoder(kind, adapter)
-    generator = torch.Generator().manual_seed(seed)
+    if batch == 1:
+        generator = torch.Generator().manual_seed(seed)
+        results = (jacobi_decode(adapter, PROMPT, decoder, adapter.default_sampling, generator) for _ in range(n))
+    else:
+        requests = [Request(PROMPT, torch.Generator().manual_seed(seed * 1_000_003 + i)) for i in range(n)]
+        results = (r for _, r in jacobi_decode_batch(adapter, requests, decoder, adapter.default_sampling, batch))
     counts: Counter = Counter()
     totals: Counter = Counter()
-    for _ in range(n):
-        result = jacobi_decode(adapter, PROMPT, decoder, adapter.default_sampling, generator)
+    for result in results:
         counts[tuple(result.tokens.tolist())] += 1
         row = result.stats.to_row()
         for key in ("nfe", "accepted", "verified", "growth_flagged_verified"):
@@ -183,10 +192,12 @@ def _draw(kind: str, n: int, seed: int) -> tuple[Counter, dict]:
 
 
 @functools.cache
-def sample_decoder(kind: str, n: int) -> tuple[Counter, dict]:
-    """n samples split over two processes (2 cores), each with its own seed."""
+def sample_decoder(kind: str, n: int, batch: int = BATCH) -> tuple[Counter, dict]:
+    """n samples split over two processes (2 cores), each with its own seed; `batch` samples in
+    lockstep (the fast suite proves exactness for batched decoding directly, the 20k suite for
+    decodes one at a time)."""
     with ProcessPoolExecutor(2, mp_context=mp.get_context("fork")) as pool:
-        parts = list(pool.map(_draw, [kind, kind], [n // 2, n - n // 2], [101 + n, 202 + n]))
+        parts = list(pool.map(_draw, [kind, kind], [n // 2, n - n // 2], [101 + n, 202 + n], [batch, batch]))
     counts, totals = Counter(), Counter()
     for c, t in parts:
         counts.update(c)
@@ -212,8 +223,8 @@ def test_enumerable_model_is_a_real_test_bed(exact):
     assert max(exact.values()) < 0.2
 
 
-def check_lossless(kind: str, n: int, exact: dict) -> None:
-    counts, totals = sample_decoder(kind, n)
+def check_lossless(kind: str, n: int, exact: dict, batch: int = BATCH) -> None:
+    counts, totals = sample_decoder(kind, n, batch)
     stat, dof, p_value = chi_square(counts, exact)
     tv = tv_from(counts, exact)
     print(
@@ -229,8 +240,10 @@ def check_lossless(kind: str, n: int, exact: dict) -> None:
     assert p_value > P_PASS, f"{kind} is distinguishable from AR: chi2={stat:.1f} dof={dof} p={p_value:.2e}"
 
 
-def check_broken_detected(n: int, exact: dict, threshold: float, kind: str = "broken_stale_q") -> None:
-    counts, _ = sample_decoder(kind, n)
+def check_broken_detected(
+    n: int, exact: dict, threshold: float, kind: str = "broken_stale_q", batch: int = BATCH
+) -> None:
+    counts, _ = sample_decoder(kind, n, batch)
     stat, dof, p_value = chi_square(counts, exact)
     print(f"{kind} n={n}: chi2={stat:.1f} dof={dof} p={p_value:.3g} TV={tv_from(counts, exact):.4f}")
     assert p_value < threshold
@@ -249,12 +262,12 @@ def test_broken_reference_is_detected_fast(exact):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", LOSSLESS)
 def test_lossless_decoder_matches_exact_ar(kind, exact):
-    check_lossless(kind, N_FULL, exact)
+    check_lossless(kind, N_FULL, exact, batch=1)
 
 
 @pytest.mark.slow
 def test_broken_reference_is_detected(exact):
-    check_broken_detected(N_FULL, exact, 1e-6)
+    check_broken_detected(N_FULL, exact, 1e-6, batch=1)
 
 
 def test_tree_longest_path_reading_is_detected_fast(exact):
@@ -265,7 +278,7 @@ def test_tree_longest_path_reading_is_detected_fast(exact):
 
 @pytest.mark.slow
 def test_tree_longest_path_reading_is_detected(exact):
-    check_broken_detected(N_FULL, exact, 1e-6, "tree_longest")
+    check_broken_detected(N_FULL, exact, 1e-6, "tree_longest", batch=1)
 
 
 def test_tree_uniform_bonus_is_detected(exact):

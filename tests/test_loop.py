@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from sjdbench.decoding.loop import Decoder, jacobi_decode
-from sjdbench.decoding.parts import resolve_part
 from sjdbench.decoding.proposals.coupled import CoupledProposal
 from sjdbench.decoding.proposals.resample import ResampleProposal
+from sjdbench.decoding.registry import resolve_part
 from sjdbench.decoding.verifiers.exact import ExactVerifier
 from sjdbench.decoding.verifiers.greedy import GreedyVerifier
 from sjdbench.models.debug import build_debug_adapter

@@ -18,11 +18,13 @@ import torch
 from sjdbench.config import compose_run, decoder_spec
 from sjdbench.config.identity import label, run_id_for
 from sjdbench.decoding.loop import Decoder, jacobi_decode
-from sjdbench.decoding.parts import Carried, ProposalContext, resolve_part
-from sjdbench.decoding.proposals.coupled import CoupledProposal
+from sjdbench.decoding.parts import Carried, ProposalContext
+from sjdbench.decoding.proposals.coupled import CoupledConfig, CoupledProposal
+from sjdbench.decoding.randomness import Draws
+from sjdbench.decoding.registry import resolve_part
 from sjdbench.decoding.verifiers.exact import ExactVerifier
-from sjdbench.decoding.verifiers.gsd import GSDVerifier
-from sjdbench.decoding.verifiers.lantern import LanternVerifier, neighbour_table
+from sjdbench.decoding.verifiers.gsd import GSDConfig, GSDVerifier
+from sjdbench.decoding.verifiers.lantern import LanternConfig, LanternVerifier, neighbour_table
 from sjdbench.errors import UserError
 from sjdbench.models.debug import build_debug_adapter
 
@@ -47,7 +49,8 @@ def gsd(
     d_thr: float = 1e9,
     embeddings: torch.Tensor | None = None,
 ) -> GSDVerifier:
-    return GSDVerifier(torch.zeros(V, 2) if embeddings is None else embeddings, group_size, p_thr, d_thr, reading)
+    config = GSDConfig(reading, group_size, p_thr, d_thr)
+    return GSDVerifier(config, torch.zeros(V, 2) if embeddings is None else embeddings)
 
 
 def members(verifier: GSDVerifier, p: torch.Tensor, draft: int) -> tuple[set[int], bool]:
@@ -207,7 +210,8 @@ CODES = torch.tensor([[0.0], [1.0], [2.1], [3.3], [4.6], [6.0], [7.5], [9.1]])  
 def lantern(reading: str, k: int = 2, delta: float = 0.1) -> LanternVerifier:
     K = CODES.shape[0]
     table = neighbour_table(CODES, k + 1)
-    return LanternVerifier(table, torch.arange(OFFSET, OFFSET + K), OFFSET + K, delta, reading, k)
+    config = LanternConfig(k=k, delta=delta, reading=reading)
+    return LanternVerifier(config, table, torch.arange(OFFSET, OFFSET + K), OFFSET + K)
 
 
 def dist(values: list[float]) -> torch.Tensor:
@@ -223,7 +227,7 @@ Q = dist([0.40, 0.10, 0.05, 0.10, 0.05, 0.10, 0.10, 0.10])
 
 
 def emitted(reading: str, p=P, q=Q, draft=X, **kw) -> torch.Tensor:
-    return lantern(reading, **kw).replacement(p, q, draft)
+    return lantern(reading, **kw).replacement(p[None], q[None], draft.reshape(1))[0]
 
 
 def normalised(v: torch.Tensor) -> torch.Tensor:
@@ -253,7 +257,7 @@ def test_lantern_official_zeroes_nothing_when_the_moved_set_is_empty():
     p = dist([0.10, 0.30, 0.03, 0.20, 0.07, 0.10, 0.10, 0.10])  # nearest neighbour alone exceeds delta
     _, included = lantern("official_llamagen").moved_mass(p[None], X[None])
     assert (included < 0).all()
-    exact = ExactVerifier().replacement(p, Q, X)
+    exact = ExactVerifier().replacement(p[None], Q[None], X.reshape(1))[0]
     for reading in ("official_llamagen", "official_lumina"):
         assert torch.allclose(emitted(reading, p=p), exact)
     q_zeroed = Q.clone()
@@ -338,7 +342,7 @@ def test_lantern_official_lumina_shift_can_exceed_delta_for_a_deterministic_draf
         verifier = lantern(reading)
         a = verifier.accept(P.expand(grid.numel(), V), q.expand(grid.numel(), V), X.expand(grid.numel()), grid)
         a = a.float().mean()
-        out[reading] = a * q + (1 - a) * verifier.replacement(P, q, X)
+        out[reading] = a * q + (1 - a) * verifier.replacement(P[None], q[None], X.reshape(1))[0]
     tv = {r: float(0.5 * (o - P).abs().sum()) for r, o in out.items()}
     assert tv["official_llamagen"] <= 0.1 + 1e-4 < tv["official_lumina"]
 
@@ -374,8 +378,9 @@ def coupled_case() -> tuple[torch.Tensor, Carried]:
 
 def propose(reference: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     p, carried = coupled_case()
-    ctx = ProposalContext(torch.arange(3), None, None, torch.Generator().manual_seed(seed))
-    return CoupledProposal(reference=reference).propose(p, carried, ctx)
+    draws = Draws.single(torch.Generator().manual_seed(seed), 3, torch.device("cpu"))
+    ctx = ProposalContext(torch.zeros(3, dtype=torch.long), torch.arange(3), None, None, draws)
+    return CoupledProposal(CoupledConfig(reference=reference)).propose(p, carried, ctx)
 
 
 def test_mc_sjd_official_reference_keeps_the_old_q_of_a_kept_draft():
@@ -401,6 +406,7 @@ def test_mc_sjd_reference_knob_labels_the_official_reading():
 
 class RecordingVerifier(ExactVerifier):
     def __init__(self) -> None:
+        super().__init__()
         self.seen: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def accept(self, p, q, drafts, u):
@@ -462,7 +468,7 @@ def _draw_mc_sjd(reference: str, n: int, seed: int) -> dict:
     adapter = TabulatedAdapter(enumerable_adapter(), PROMPT)
     decoder = Decoder(
         4,
-        CoupledProposal(reference=reference),
+        CoupledProposal(CoupledConfig(reference=reference)),
         ExactVerifier(),
         resolve_part("init", "random", "init").build(None),
         track_growth=False,

@@ -388,7 +388,8 @@ def test_lossless_reads_the_knobs(overrides, lossless):
 
 def test_a_part_that_claims_nothing_is_lossy():
     """A part without a `lossless` classmethod (e.g. one of a user's own) makes the decoder lossy."""
-    from sjdbench.decoding.parts import NoKnobs, PartSpec
+    from sjdbench.decoding.parts import NoKnobs
+    from sjdbench.decoding.registry import PartSpec
 
     spec = decoder_spec(compose_run(["decoder=sjd"]))
     silent = PartSpec("verifier", "mine", "builtins.object", NoKnobs())

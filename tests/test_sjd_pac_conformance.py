@@ -37,10 +37,14 @@ import numpy as np
 import pytest
 import torch
 
+from sjdbench.decoding.loop import verify_windows
+from sjdbench.decoding.parts import Window
 from sjdbench.decoding.processing import sample
-from sjdbench.decoding.topologies.tree import TreeTopology
+from sjdbench.decoding.randomness import Draws
+from sjdbench.decoding.state import Drafts
+from sjdbench.decoding.topologies.forest import ancestor_mask
+from sjdbench.decoding.topologies.tree import TreeConfig, TreeTopology
 from sjdbench.decoding.verifiers.exact import ExactVerifier
-from sjdbench.decoding.window import Window, WindowState, ancestor_mask
 
 N_FAST = {16: 300, 8192: 100}  # trees per vocabulary in the default suite (a few seconds)
 N_SLOW = 6000  # trees in all, both vocabularies (the run docs/READINGS.md reports; marked slow)
@@ -194,29 +198,29 @@ def released_decision(case: Case, u_node: torch.Tensor) -> Released:
 # -- ours -----------------------------------------------------------------------------------------
 
 
-class RecordEmission(TreeTopology):
-    """Our tree verifier, keeping the emission distribution it draws from."""
+def our_verify(topology: TreeTopology, window: Window, p: torch.Tensor, seed: int):
+    """Our verification of one window as the loop runs it: (verdict, emitted token, the emission
+    distribution it was drawn from)."""
+    (verdict,), emitted, _ = verify_windows(topology, ExactVerifier(), [window], p[None], window.nodes,
+                                            [torch.Generator().manual_seed(seed)])
+    base, rejected = verdict.emit_base, verdict.emit_rejected
+    if rejected[0] >= 0:
+        node = int(rejected[0])
+        base = ExactVerifier().replacement(base, window.nodes.refs[node : node + 1], window.nodes.tokens[node : node + 1])
+    return verdict, emitted, base[0]
 
-    def emission(self, window, p, end, children, chains, verifier, node_of):
-        self.emitted_from = super().emission(window, p, end, children, chains, verifier, node_of)
-        return self.emitted_from
+
+def make_window(tokens, positions, parent, sibling, refs) -> Window:
+    L = len(parent)
+    nodes = Drafts.made(np.asarray(positions[1:], dtype=np.int64), tokens[1:], refs[1:], refs.shape[-1], fresh=False)
+    roots = np.zeros(L, dtype=bool)
+    roots[0] = True
+    return Window(tokens, np.asarray(positions, dtype=np.int64), parent, sibling, np.asarray(positions, dtype=np.int64),
+                  nodes, roots, roots.copy(), torch.from_numpy(ancestor_mask(parent)), nodes.select(np.zeros(0, dtype=np.int64)))
 
 
 def window_of(case: Case) -> Window:
-    L = len(case.parent)
-    nodes = WindowState.drawn(case.tokens[1:], case.refs[1:], case.depth[1:], np.zeros(L - 1, dtype=bool))
-    roots = np.zeros(L, dtype=bool)
-    roots[0] = True
-    return Window(
-        case.tokens,
-        case.depth.astype(np.int64),
-        case.parent,
-        case.sibling,
-        nodes,
-        roots,
-        roots.copy(),
-        torch.from_numpy(ancestor_mask(case.parent)),
-    )
+    return make_window(case.tokens, case.depth, case.parent, case.sibling, case.refs)
 
 
 def compare(n: int, V: int, select: str) -> Counter:
@@ -225,8 +229,8 @@ def compare(n: int, V: int, select: str) -> Counter:
     for seed in range(n):
         case = make_case(seed * 2 + (V > 16), V)
         window = window_of(case)
-        topology = RecordEmission(case.K, case.D, select)
-        verdict = topology.verify(window, case.p, ExactVerifier(), torch.Generator().manual_seed(seed))
+        topology = TreeTopology(TreeConfig(case.K, case.D, select))
+        verdict, emitted, emitted_from = our_verify(topology, window, case.p, seed)
         replay = torch.Generator().manual_seed(seed)
         u = torch.rand(len(case.parent) - 1, generator=replay)  # the node uniforms verify drew
         ref = released_decision(case, u)
@@ -243,17 +247,18 @@ def compare(n: int, V: int, select: str) -> Counter:
             seen["earlier sibling taken"] += 1
             continue
         seen["same path"] += 1
-        assert len(verdict.emitted) == 1, where
+        assert len(emitted) == 1, where
         if ref.uniform_pad:  # (A) the released bonus after a whole main path is uniform; ours is p
-            assert torch.equal(topology.emitted_from, case.p[verdict.emit_slots[0]]), where
+            assert torch.equal(emitted_from, case.p[verdict.emit_slots[0]]), where
             seen["main path passed whole (uniform pad)"] += 1
             continue
         if ref.emission is None:  # the released code raises here; ours emits a token all the same
-            assert 0 <= int(verdict.emitted[0]) < V, where
+            assert 0 <= int(emitted[0]) < V, where
             seen["released raises"] += 1
             continue
-        torch.testing.assert_close(topology.emitted_from, ref.emission, atol=1e-6, rtol=1e-5, msg=where)
-        assert int(verdict.emitted[0]) == int(sample(ref.emission, replay)), f"{where}: another token"
+        torch.testing.assert_close(emitted_from, ref.emission, atol=1e-6, rtol=1e-5, msg=where)
+        draw = sample(ref.emission[None], Draws.single(replay, 1, torch.device("cpu")))
+        assert int(emitted[0]) == int(draw[0]), f"{where}: another token"
         seen["same token"] += 1
     return seen
 
@@ -285,26 +290,15 @@ def test_before_the_released_reading_a_later_sibling_could_pass():
     sibling = np.array([0, 0, 1, 0, 0])
     tokens = torch.tensor([0, 1, 2, 5, 6])
     refs = torch.stack([q, q, without(q, torch.tensor([1])), torch.eye(V)[5], torch.eye(V)[6]])
-    nodes = WindowState.drawn(tokens[1:], refs[1:], np.array([1, 1, 2, 2]), np.zeros(4, dtype=bool))
-    roots = np.array([True, False, False, False, False])
-    window = Window(
-        tokens,
-        np.array([0, 1, 1, 2, 2]),
-        parent,
-        sibling,
-        nodes,
-        roots,
-        roots.copy(),
-        torch.from_numpy(ancestor_mask(parent)),
-    )
+    window = make_window(tokens, [0, 1, 1, 2, 2], parent, sibling, refs)
     p = torch.zeros(5, V)
     p[0] = q
     p[1, 7] = 1.0  # under sibling 0, child 5 fails
     p[2, 6] = 1.0  # under sibling 1, child 6 would pass
     p[3:, 0] = 1.0
     for seed in range(20):
-        verdict = TreeTopology(2, 2, "longest").verify(window, p, ExactVerifier(), torch.Generator().manual_seed(seed))
-        assert verdict.accepted == [1], verdict.accepted  # sibling 0, never sibling 1's longer path
+        verdict, _, _ = our_verify(TreeTopology(TreeConfig(2, 2, "longest")), window, p, seed)
+        assert verdict.accepted.tolist() == [1], verdict.accepted  # sibling 0, never sibling 1's longer path
 
 
 @pytest.mark.slow

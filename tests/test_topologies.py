@@ -14,13 +14,15 @@ import torch
 from chain_reference import REFERENCE, decode_case
 
 from sjdbench.config import build_preset, compose_run, decoder_spec
-from sjdbench.decoding.loop import jacobi_decode
-from sjdbench.decoding.parts import resolve_part
+from sjdbench.decoding.loop import jacobi_decode, verify_windows
+from sjdbench.decoding.parts import SampleView, Window
 from sjdbench.decoding.processing import one_hot
-from sjdbench.decoding.topologies.rows import RowsTopology
-from sjdbench.decoding.topologies.tree import TreeTopology, tree_size
+from sjdbench.decoding.registry import resolve_part
+from sjdbench.decoding.state import Drafts, PendingDrafts
+from sjdbench.decoding.topologies.forest import ancestor_mask, children_of
+from sjdbench.decoding.topologies.rows import RowsConfig, RowsTopology
+from sjdbench.decoding.topologies.tree import TreeConfig, TreeTopology, tree_size
 from sjdbench.decoding.verifiers.exact import ExactVerifier
-from sjdbench.decoding.window import Window, WindowState, ancestor_mask
 from sjdbench.models.debug import build_debug_adapter
 from sjdbench.models.llama_adapter import CODE_OFFSET
 
@@ -68,7 +70,7 @@ def test_chain_topology_reproduces_the_loop_before_topologies():
 def test_width_one_tree_is_the_chain(debug):
     """A tree with one child per slot is a chain: the same decode, token for token."""
     chain = build_preset("mc_sjd", debug, "decoder.window=16")
-    tree = replace(chain, topology=TreeTopology(width=1, depth=3))
+    tree = replace(chain, topology=TreeTopology(TreeConfig(width=1, depth=3)))
     for seed in range(3):
         a = jacobi_decode(debug, PROMPT, chain, debug.default_sampling, torch.Generator().manual_seed(seed))
         b = jacobi_decode(debug, PROMPT, tree, debug.default_sampling, torch.Generator().manual_seed(seed))
@@ -179,9 +181,8 @@ def test_rows_forward_equals_each_row_and_prefix_compaction_equals_separate_comm
 
 def plan_tree(adapter, topology: TreeTopology, window: int, state_after: int = 1):
     """Plan the first tree window of a decode (the root is segment position 0)."""
-    from sjdbench.decoding.inits.neighbours import InitContext
     from sjdbench.decoding.loop import loop_constants
-    from sjdbench.decoding.window import DecodeState
+    from sjdbench.decoding.parts import InitContext
 
     constants = loop_constants(adapter)
     N, V = adapter.layout.n_positions, adapter.vocab_size
@@ -189,26 +190,38 @@ def plan_tree(adapter, topology: TreeTopology, window: int, state_after: int = 1
     tokens[:state_after] = CODE_OFFSET
     decided = np.zeros(N, dtype=bool)
     decided[:state_after] = True
-    state = DecodeState(
-        tokens, decided, np.zeros(N, dtype=bool), WindowState.empty(V, adapter.device), adapter.layout, constants.forced
-    )
+    init = part("init", "random")
     ctx = InitContext(
         adapter.layout,
         constants.forced,
+        adapter.image_token_ids,
         constants.left_of,
         constants.above_of,
-        adapter.image_token_ids,
-        tokens.clone(),
-        torch.full((N,), -1, dtype=torch.long),
+        V,
+        torch.float32,
+        1,
     )
-    window_ = topology.plan(state, window, part("init", "random"), ctx, torch.Generator().manual_seed(0))
-    return window_, state
+    view = SampleView(
+        0,
+        tokens,
+        decided,
+        np.zeros(N, dtype=bool),
+        adapter.layout,
+        constants.forced,
+        adapter.image_token_ids,
+        PendingDrafts(1, window, V, adapter.device, torch.float32),
+        init,
+        init.begin(ctx),
+        torch.Generator().manual_seed(0),
+        V,
+    )
+    return topology.plan(view, window), view
 
 
 def test_tree_plan_shape_mask_positions_and_siblings(debug):
-    window, state = plan_tree(debug, TreeTopology(width=3, depth=3), 30)
+    window, _ = plan_tree(debug, TreeTopology(TreeConfig(width=3, depth=3)), 30)
     assert len(window) == 30 and tree_size([3, 3]) == 13
-    depth = window.depth()
+    depth = window.depth
     assert (np.bincount(depth)[:3] == [1, 3, 9]).all() and (np.bincount(depth)[3:] == 1).all()
     assert (window.positions == depth).all()  # the root re-feeds position 0; a slot's position = its depth
     mask = window.mask.numpy()
@@ -219,7 +232,7 @@ def test_tree_plan_shape_mask_positions_and_siblings(debug):
             s = window.parent[s]
             ancestors.add(s)
         assert set(np.flatnonzero(mask[slot])) == ancestors
-    kids = window.children()
+    kids = children_of(window)
     node_of = {int(s): i for i, s in enumerate(window.node_slots)}
     for children in kids:
         if len(children) < 2:
@@ -232,23 +245,21 @@ def test_tree_plan_shape_mask_positions_and_siblings(debug):
             assert float(refs[k, toks[:k]].sum()) == 0.0, "a sibling's q excludes the earlier siblings"
     # the root's children are the same tokens under every parent of a level
     assert [int(window.tokens[c]) for c in kids[kids[0][0]]] == [int(window.tokens[c]) for c in kids[kids[0][1]]]
-    # every sibling-0 draft is the pending draft of its position (sibling 0 is the chain draft)
+    # every sibling-0 draft is the chain draft of its position (here the init's, which the plan returns)
     first = [c for c in range(len(window)) if window.parent[c] >= 0 and window.sibling[c] == 0]
-    assert all(
-        int(window.tokens[c]) == int(state.pending.drafts[state.pending.index_of([window.positions[c]])[0]])
-        for c in first
-    )
+    drafted = dict(zip(window.filled.positions.tolist(), window.filled.tokens.tolist()))
+    assert all(int(window.tokens[c]) == drafted[int(window.positions[c])] for c in first)
 
 
 def test_tree_forced_positions_have_one_child_and_the_tree_fits_the_window(debug):
     """The debug grid has a row end at position 6: a tree rooted at position 5 branches at 6 once."""
-    window, _ = plan_tree(debug, TreeTopology(width=3, depth=4), 64, state_after=6)
-    kids = window.children()
+    window, _ = plan_tree(debug, TreeTopology(TreeConfig(width=3, depth=4)), 64, state_after=6)
+    kids = children_of(window)
     assert len(kids[0]) == 1  # position 6 is <eol>
     assert len(kids[kids[0][0]]) == 3 and all(len(kids[c]) == 3 for c in kids[kids[0][0]])
-    small, _ = plan_tree(debug, TreeTopology(width=3, depth=3), 8)
+    small, _ = plan_tree(debug, TreeTopology(TreeConfig(width=3, depth=3)), 8)
     # 13 slots do not fit in 8: the tree keeps the levels that fit (root + 3), then a chain of 4
-    assert len(small) == 8 and list(np.bincount(small.depth())) == [1, 3, 1, 1, 1, 1]
+    assert len(small) == 8 and list(np.bincount(small.depth)) == [1, 3, 1, 1, 1, 1]
 
 
 # -- verification over siblings -----------------------------------------------------------------
@@ -260,18 +271,28 @@ def star(p_tokens: list[int], q_tokens: list[int], V: int = 8) -> tuple[Window, 
     parent = np.array([-1] + [0] * K + list(range(1, K + 1)))
     sibling = np.array([0] + list(range(K)) + [0] * K)
     drafts = torch.tensor(q_tokens + p_tokens)
-    nodes = WindowState.drawn(drafts, one_hot(drafts, V), np.ones(2 * K, dtype=np.int64), np.zeros(2 * K, dtype=bool))
+    nodes = Drafts.made(np.array([1] * K + [2] * K), drafts, one_hot(drafts, V), V, fresh=False)
     window = Window(
         torch.cat([torch.tensor([0]), drafts]),
         np.array([0] + [1] * K + [2] * K),
         parent,
         sibling,
+        np.array([0] + [1] * K + [2] * K),
         nodes,
         np.array([True] + [False] * 2 * K),
         np.array([True] + [False] * 2 * K),
         torch.from_numpy(ancestor_mask(parent)),
+        nodes.select(np.zeros(0, dtype=np.int64)),
     )
     return window, parent
+
+
+def verify(topology, window: Window, p: torch.Tensor, seed: int):
+    """One window's verdict and emitted token, as the loop makes them."""
+    (verdict,), emitted = verify_windows(
+        topology, ExactVerifier(), [window], p[None], window.nodes, [torch.Generator().manual_seed(seed)]
+    )
+    return verdict, emitted
 
 
 def test_first_accepted_sibling_wins_and_longest_path_can_skip_a_passing_sibling():
@@ -285,12 +306,12 @@ def test_first_accepted_sibling_wins_and_longest_path_can_skip_a_passing_sibling
     p[1, 7] = 1.0  # under sibling 1, position 2 must be 7: its child 5 fails
     p[2, 6] = 1.0  # under sibling 2, its child 6 passes
     p[3:, 0] = 1.0
-    first, longest = TreeTopology(2, 2, "first"), TreeTopology(2, 2, "longest")
+    first, longest = TreeTopology(TreeConfig(2, 2, "first")), TreeTopology(TreeConfig(2, 2, "longest"))
     picks = {"first": [], "longest": []}
     for seed in range(200):
         for name, topo in (("first", first), ("longest", longest)):
-            verdict = topo.verify(window, p, ExactVerifier(), torch.Generator().manual_seed(seed))
-            picks[name].append(verdict.accepted[0] if verdict.accepted else None)
+            verdict, _ = verify(topo, window, p, seed)
+            picks[name].append(int(verdict.accepted[0]) if len(verdict.accepted) else None)
     first_share = picks["first"].count(1) / 200
     assert 0.35 < first_share < 0.65  # sibling 1 passes with probability p(1)/q(1) = 1/2
     assert picks["longest"].count(1) == 0  # longest never keeps sibling 1: its path is shorter
@@ -306,7 +327,7 @@ def test_sibling_k_is_tested_against_the_residual_left_by_the_earlier_siblings()
     p[1:, 0] = 1.0
     counts = {1: 0, 2: 0}
     for seed in range(400):
-        verdict = TreeTopology(2, 2).verify(window, p, ExactVerifier(), torch.Generator().manual_seed(seed))
+        verdict, _ = verify(TreeTopology(TreeConfig(2, 2)), window, p, seed)
         counts[int(window.tokens[verdict.accepted[0]])] += 1
     assert counts[1] + counts[2] == 400 and 150 < counts[1] < 250
 
@@ -321,8 +342,8 @@ def test_a_fully_accepted_path_ends_with_a_bonus_from_the_leaf_p_not_a_uniform_p
     p[3, 4] = 1.0  # the leaf below: the bonus must be 4
     p[[2, 4], 0] = 1.0
     for seed in range(50):
-        verdict = TreeTopology(2, 2).verify(window, p, ExactVerifier(), torch.Generator().manual_seed(seed))
-        assert verdict.accepted == [1, 3] and verdict.emit_slots == [3] and int(verdict.emitted[0]) == 4
+        verdict, emitted = verify(TreeTopology(TreeConfig(2, 2)), window, p, seed)
+        assert verdict.accepted.tolist() == [1, 3] and verdict.emit_slots.tolist() == [3] and int(emitted[0]) == 4
 
 
 class CountBonuses(TreeTopology):
@@ -330,9 +351,10 @@ class CountBonuses(TreeTopology):
 
     bonuses = 0
 
-    def emission(self, window, p, end, children, chains, verifier, node_of):
-        CountBonuses.bonuses += not children
-        return super().emission(window, p, end, children, chains, verifier, node_of)
+    def verify(self, window, p, rows, passed, verifier):
+        verdict = super().verify(window, p, rows, passed, verifier)
+        CountBonuses.bonuses += int((verdict.emit_rejected < 0).sum())
+        return verdict
 
 
 @pytest.mark.parametrize("window,width,depth", [(8, 2, 3), (32, 3, 3), (64, 4, 3)])
@@ -342,7 +364,8 @@ def test_greedy_tree_equals_greedy_ar_with_fully_accepted_paths(debug, window, w
     greedy = replace(debug.default_sampling, temperature=0.0)
     ar = build_preset("ar", debug)
     tree = replace(
-        build_preset("mc_sjd", debug, f"decoder.window={window}"), topology=CountBonuses(width=width, depth=depth)
+        build_preset("mc_sjd", debug, f"decoder.window={window}"),
+        topology=CountBonuses(TreeConfig(width=width, depth=depth)),
     )
     CountBonuses.bonuses = 0
     for seed, prompt in enumerate(["a", "a red circle", "two squares"]):
@@ -364,9 +387,9 @@ class Recorder:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def forward(self, tokens, positions, cache, mask=None):
-        self.calls.append((positions.clone(), None if mask is None else mask.clone()))
-        return self.inner.forward(tokens, positions, cache, mask)
+    def forward(self, cache, tokens, positions, mask=None, horizon=None):
+        self.calls.append((positions[0].clone(), None if mask is None else mask[0].clone()))
+        return self.inner.forward(cache, tokens, positions, mask, horizon)
 
 
 def test_zipar_is_one_token_per_row_per_forward_with_the_row_lag(debug):
@@ -397,11 +420,11 @@ def test_pjd_rows_schedule_and_row_causal_mask(debug):
     decided_before: list[set] = []
 
     class Watch(RowsTopology):
-        def plan(self, state, window, init, ctx, generator):
-            decided_before.append(set(np.flatnonzero(state.decided).tolist()))
-            return super().plan(state, window, init, ctx, generator)
+        def plan(self, sample, window):
+            decided_before.append(set(np.flatnonzero(sample.decided).tolist()))
+            return super().plan(sample, window)
 
-    decoder = replace(decoder, topology=Watch(4, 2, "leading", 0))
+    decoder = replace(decoder, topology=Watch(RowsConfig(4, 2, "leading", 0)))
     result = jacobi_decode(recorder, PROMPT, decoder, debug.default_sampling, torch.Generator().manual_seed(1))
     grid_row, grid_col = debug.layout.row.numpy(), debug.layout.col.numpy()
     cells = debug.layout.position_of().numpy()
@@ -439,11 +462,6 @@ def test_tree_statistics_add_up(toy):
     assert len(row["sibling_accepted"]) == 3 and row["sibling_accepted"][1] > 0  # the tree's siblings do get accepted
     assert row["slots_per_forward"] > 40
     assert row["growth_eligible_accepted"] > 0 and row["verify_eligible_accepted"] >= row["growth_eligible_accepted"]
-    from sjdbench.decoding.stats import summarize_topology
-
-    summary = summarize_topology([row, row])
-    assert summary["tokens_per_forward"] == row["step_compression"]
-    assert abs(sum(summary["sibling_share"]) - 1) < 1e-9
 
 
 def test_presets_run_on_the_toy_and_debug_models(debug, toy):

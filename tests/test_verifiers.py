@@ -6,8 +6,8 @@ import torch
 
 from sjdbench.decoding.verifiers.exact import ExactVerifier
 from sjdbench.decoding.verifiers.greedy import GreedyVerifier
-from sjdbench.decoding.verifiers.gsd import GSDVerifier
-from sjdbench.decoding.verifiers.lantern import LanternVerifier, neighbour_table
+from sjdbench.decoding.verifiers.gsd import GSDConfig, GSDVerifier
+from sjdbench.decoding.verifiers.lantern import LanternConfig, LanternVerifier, neighbour_table
 
 U_GRID = (torch.arange(20000, dtype=torch.float64) + 0.5).float() / 20000  # acceptance prob by quadrature
 
@@ -24,7 +24,7 @@ def output_distribution(verifier, p: torch.Tensor, q: torch.Tensor) -> tuple[tor
             verifier.accept(p.expand(U_GRID.numel(), V), q.expand(U_GRID.numel(), V), drafts, U_GRID).float().mean()
         )
         out[d] += q[d] * accept
-        out += q[d] * (1 - accept) * verifier.replacement(p, q, torch.tensor(d))
+        out += q[d] * (1 - accept) * verifier.replacement(p[None], q[None], torch.tensor([d]))[0]
         accept_total += float(q[d] * accept)
     return out, accept_total
 
@@ -52,13 +52,14 @@ def test_greedy_rule():
     p = torch.tensor([[0.1, 0.6, 0.3], [0.5, 0.2, 0.3]])
     v = GreedyVerifier()
     assert v.accept(p, p, torch.tensor([1, 1]), torch.zeros(2)).tolist() == [True, False]
-    assert v.replacement(p[1], p[1], torch.tensor(1)).tolist() == [1.0, 0.0, 0.0]
+    assert v.replacement(p[1:2], p[1:2], torch.tensor([1]))[0].tolist() == [1.0, 0.0, 0.0]
 
 
 def lantern(V: int, delta: float, k: int = 4, reading: str = "ours_all") -> LanternVerifier:
     g = torch.Generator().manual_seed(0)
     codebook = torch.randn(V, 3, generator=g)
-    return LanternVerifier(neighbour_table(codebook, k + 1), torch.arange(V), V, delta, reading, k)
+    config = LanternConfig(k=k, delta=delta, reading=reading)
+    return LanternVerifier(config, neighbour_table(codebook, k + 1), torch.arange(V), V)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -89,7 +90,12 @@ def test_lantern_tv_shift_is_bounded_by_delta(seed, one_hot, delta, reading):
             a, a0 = verifier.accept(*args).float().mean(), exact.accept(*args).float().mean()
             res_shift = (
                 0.5
-                * (verifier.replacement(p, q, torch.tensor(d)) - exact.replacement(p, q, torch.tensor(d))).abs().sum()
+                * (
+                    verifier.replacement(p[None], q[None], torch.tensor([d]))[0]
+                    - exact.replacement(p[None], q[None], torch.tensor([d]))[0]
+                )
+                .abs()
+                .sum()
             )
             bound += float(q[d] * ((a - a0) + (1 - a) * res_shift))
         assert tv <= bound + 2e-4
@@ -132,18 +138,18 @@ def test_gsd_accepts_at_least_as_often_and_reduces_to_sjd_with_singleton_groups(
     V = 10
     p, q = random_pair(V, seed, one_hot=False)
     embeddings = torch.randn(V, 4, generator=torch.Generator().manual_seed(seed))
-    grouped, accept = output_distribution(GSDVerifier(embeddings, 4, 0.3, 100.0, "ours"), p, q)
+    grouped, accept = output_distribution(GSDVerifier(GSDConfig("ours", 4, 0.3, 100.0), embeddings), p, q)
     _, accept_exact = output_distribution(ExactVerifier(), p, q)
     assert abs(float(grouped.sum()) - 1) < 1e-4
     assert accept >= accept_exact - 1e-6
-    single, _ = output_distribution(GSDVerifier(embeddings, 0, 0.3, 100.0, "ours"), p, q)
+    single, _ = output_distribution(GSDVerifier(GSDConfig("ours", 0, 0.3, 100.0), embeddings), p, q)
     assert torch.allclose(single, p, atol=2e-4)
 
 
 def test_gsd_group_filters():
     p = torch.tensor([[0.4, 0.3, 0.2, 0.1]])
     embeddings = torch.tensor([[0.0], [0.1], [5.0], [0.2]])
-    group = GSDVerifier(embeddings, 4, 0.15, 0.5, "ours").group(p, torch.tensor([1]))
+    group = GSDVerifier(GSDConfig("ours", 4, 0.15, 0.5), embeddings).group(p, torch.tensor([1]))
     kept = sorted(t for t in group[0].tolist() if t >= 0)
     # token 0: |0.4-0.3| < 0.15 and close embedding -> kept; token 2: far embedding -> dropped;
     # token 3: |0.1-0.3| >= 0.15 -> dropped
@@ -151,7 +157,7 @@ def test_gsd_group_filters():
 
 
 def test_gsd_distance_threshold_defaults_to_the_models_value():
-    """d_thr is in each model's embedding units: null takes the adapter's value, else the paper's 0.5."""
+    """d_thr is in each model's embedding units: null takes the adapter's value."""
     from types import SimpleNamespace
 
     from sjdbench.decoding.verifiers.gsd import PAPER_D_THR as PAPER_GSD_D_THR
@@ -162,7 +168,7 @@ def test_gsd_distance_threshold_defaults_to_the_models_value():
     assert cfg.d_thr is None
     toy = build_toy_adapter()
     assert model_d_thr(cfg, toy) == GSD_D_THR
-    assert model_d_thr(cfg, SimpleNamespace()) == PAPER_GSD_D_THR
+    assert model_d_thr(cfg, SimpleNamespace(gsd_d_thr=0.9)) == 0.9  # any model's own value
     assert model_d_thr(GSDConfig(d_thr=0.7), toy) == 0.7
     # on the toy, the paper's absolute 0.5 leaves every code alone (GSD would equal SJD); GSD_D_THR does not
     emb = toy.token_embeddings()[toy.image_token_ids].float()

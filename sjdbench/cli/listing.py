@@ -21,7 +21,7 @@ def list_choices(
         for name in groups:
             choices = group_choices(name)
             if name.startswith("decoder/"):
-                from sjdbench.decoding.parts import default_spec  # the parts' knobs: this imports torch
+                from sjdbench.decoding.registry import default_spec  # the parts' knobs: this imports torch
 
                 kind = name.split("/")[1]
                 described = []

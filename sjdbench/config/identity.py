@@ -27,7 +27,8 @@ from typing import Any, Mapping
 
 from sjdbench.config.schema import SAMPLING_KEYS, RunConfig, compose_run, decoder_spec, group_choices
 from sjdbench.decoding.build import DecoderSpec
-from sjdbench.decoding.parts import KINDS, resolve_part
+from sjdbench.decoding.parts import KINDS
+from sjdbench.decoding.registry import resolve_part
 
 
 def canonical_json(obj: Any) -> str:

@@ -253,7 +253,7 @@ def _unknown_key_message(key: str) -> str:
 def _part_has_knob(kind: str, name: str, knob: str) -> bool:
     import yaml
 
-    from sjdbench.decoding.parts import part_yaml
+    from sjdbench.decoding.registry import part_yaml
 
     path = part_yaml(kind, name)
     return bool(path and knob in (yaml.safe_load(path.read_text()) or {}))

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sjdbench.decoding.loop import Decoder
-from sjdbench.decoding.parts import KINDS, PartSpec, default_spec, resolve_part
+from sjdbench.decoding.parts import KINDS
+from sjdbench.decoding.registry import PartSpec, default_spec, resolve_part
 from sjdbench.errors import UserError
 
 GROWTH_READINGS = ("increases", "observations")
@@ -42,7 +43,7 @@ class DecoderSpec:
 
     @property
     def greedy(self) -> bool:
-        return bool(getattr(self.verifier.cls, "greedy", False))
+        return bool(self.verifier.cls.greedy)
 
     def parts(self) -> dict[str, PartSpec]:
         return {kind: getattr(self, kind) for kind in KINDS}
@@ -137,8 +138,6 @@ def resolve_decoder(config: Any) -> DecoderSpec:
 def resolved_settings(decoder: Decoder) -> dict:
     """Settings parts decided when built (e.g. GSD's model-specific threshold), for env.json."""
     out: dict = {}
-    for part in (decoder.proposal, decoder.verifier, decoder.init):
-        resolved = getattr(part, "resolved", None)
-        if callable(resolved):
-            out.update(resolved())
+    for part in (decoder.proposal, decoder.verifier, decoder.init, decoder.topology):
+        out.update(part.resolved())
     return out

@@ -1,33 +1,56 @@
-"""The one decoding loop: speculative Jacobi decoding over a window of drafts, for every decoder.
+"""The one decoding loop: speculative Jacobi decoding over a window of drafts, for every decoder, over a
+batch of samples decoded in lockstep.
 
-Per iteration (docs/ALGORITHMS.md §0-§5):
+Per iteration (docs/ALGORITHMS.md §0-§5), for every sample of the batch:
 1. plan: the topology lays out the window's slots (a chain, a draft tree, several rows), drafting
    never-predicted positions with the init; every root slot re-feeds a decided token;
-2. forward the window once; slot i's logits give the target p at position positions[i] + 1;
+2. forward every sample's window at once; slot i's logits give the target p at position
+   positions[i] + 1;
 3. verify: walking down from each root, the verifier accepts drafts (siblings by recursive rejection
    sampling); where a walk stops, an emitting root emits the verifier's replacement for the first
    rejected draft, or a bonus draw from the last slot's p when every draft passed;
 4. commit the roots not yet cached and the accepted drafts; the other slots are dropped;
 5. propose: the slots past where each walk stopped turn their p into next iteration's drafts.
 AR is this loop with W = 1. The loop never knows which model it drives.
+
+Batches: one forward holds every unfinished sample's window (padded to the longest); verification,
+emission, proposals and statistics run over all samples' rows at once, each sample drawing its
+random numbers from its own generator with the calls it would make decoded alone (randomness.py), so
+a sample's tokens do not depend on its batch wherever the batched forward returns the same logits. A
+finished sample leaves the batch and the next request takes its row. There is one host sync per
+iteration: the verifier's flags (which also carries the check for non-finite logits).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
 
 from sjdbench.adapter import ImageARAdapter, Sampling
 from sjdbench.decoding.history import ProbabilityHistory
-from sjdbench.decoding.inits.neighbours import InitContext, neighbour_tables
-from sjdbench.decoding.parts import Carried, Init, Proposal, ProposalContext, Topology, Verifier
+from sjdbench.decoding.inits.neighbours import neighbour_tables
+from sjdbench.decoding.parts import (
+    Carried,
+    Init,
+    InitContext,
+    Proposal,
+    ProposalContext,
+    SampleView,
+    TestRows,
+    Topology,
+    Verdict,
+    Verifier,
+    Window,
+)
 from sjdbench.decoding.processing import StructureMasks, process_logits, sample
-from sjdbench.decoding.stats import DecodeStats
+from sjdbench.decoding.randomness import Draws
+from sjdbench.decoding.recorder import DecodeStats, IterationRecord, Recorder, Tests
+from sjdbench.decoding.state import Drafts, PendingDrafts
 from sjdbench.decoding.topologies.chain import ChainTopology
-from sjdbench.decoding.topologies.forest import Verdict
-from sjdbench.decoding.window import DecodeState, Window, WindowState
 from sjdbench.errors import NonFiniteLogits
 
 
@@ -58,6 +81,16 @@ class DecodeResult:
 
 
 @dataclass
+class Request:
+    """One sample to decode: its prompt, the generator all its random numbers come from, and the key
+    the caller knows it by."""
+
+    prompt: str
+    generator: torch.Generator
+    key: Any = None
+
+
+@dataclass
 class LoopConstants:
     """Per-adapter tables the loop needs every call; built once and kept on the adapter."""
 
@@ -82,13 +115,14 @@ def loop_constants(adapter: ImageARAdapter) -> LoopConstants:
         forced, (layout.forced < 0).numpy(), StructureMasks(forced, legal), left_of, above_of, layout.row.numpy()
     )
     try:
-        adapter._loop_constants = constants
+        adapter._loop_constants = constants  # type: ignore[attr-defined]
     except AttributeError:  # adapters with __slots__: rebuild each call
         pass
     return constants
 
 
-def _trace_set(layout, count: int) -> set[int]:
+def trace_set(layout, count: int) -> set[int]:
+    """`count` content positions spread over the image whose trajectories are recorded."""
     content = torch.nonzero(~layout.is_forced).squeeze(1).tolist()
     if count <= 0 or not content:
         return set()
@@ -96,232 +130,487 @@ def _trace_set(layout, count: int) -> set[int]:
     return {content[i] for i in picks}
 
 
-def _carried(window: Window, carried: np.ndarray, vocab_size: int) -> Carried:
-    """The drafts the window held at the continuation's target positions: carried (C,) draft slots,
-    -1 where none (zeros there)."""
-    node_of = window.node_of
-    device = window.tokens.device
-    has_old = carried >= 0
-    drafts = torch.zeros(carried.size, dtype=torch.long, device=device)
-    refs = torch.zeros(carried.size, vocab_size, device=device)
-    if has_old.all() and carried.size:
-        index = torch.as_tensor(node_of[carried], device=device)
-        return Carried(window.nodes.drafts[index], window.nodes.refs[index], torch.ones_like(drafts, dtype=torch.bool))
-    if has_old.any():
-        where = torch.as_tensor(np.flatnonzero(has_old), device=device)
-        index = torch.as_tensor(node_of[carried[has_old]], device=device)
-        drafts[where] = window.nodes.drafts[index]
-        refs[where] = window.nodes.refs[index]
-    return Carried(drafts, refs, torch.as_tensor(has_old, device=device))
+def jacobi_decode(
+    adapter: ImageARAdapter, prompt_text: str, decoder: Decoder, sampling: Sampling, generator: torch.Generator
+) -> DecodeResult:
+    """Decode one image."""
+    ((_, result),) = jacobi_decode_batch(adapter, [Request(prompt_text, generator)], decoder, sampling, 1)
+    return result
 
 
-def _non_finite(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+def jacobi_decode_batch(
+    adapter: ImageARAdapter, requests: Sequence[Request], decoder: Decoder, sampling: Sampling, batch_size: int
+) -> Iterator[tuple[Request, DecodeResult]]:
+    """Decode every request, `batch_size` at a time in lockstep; yields (request, result) as samples finish."""
+    if not requests:
+        return iter(())
+    return BatchDecode(adapter, decoder, sampling, list(requests), max(1, batch_size)).run()
+
+
+@dataclass
+class Active:
+    """A sample in the batch: its request, and which positions are decided and cached (host)."""
+
+    request: Request
+    decided: np.ndarray
+    cached: np.ndarray
+
+
+class BatchDecode:
+    """One batched decode: the batch's state and the five steps of an iteration."""
+
+    def __init__(
+        self, adapter: ImageARAdapter, decoder: Decoder, sampling: Sampling, requests: list[Request], batch_size: int
+    ) -> None:
+        self.adapter, self.decoder = adapter, decoder
+        self.sampling = replace(sampling, temperature=0.0) if decoder.verifier.greedy else sampling
+        self.queue = list(reversed(requests))
+        self.prompts = {id(r): adapter.encode_prompt(r.prompt) for r in requests}
+        layout, W = adapter.layout, decoder.window
+        self.topology = decoder.topology if W > 1 else ChainTopology()
+        self.constants = loop_constants(adapter)
+        self.N, self.V, self.device = layout.n_positions, adapter.vocab_size, adapter.device
+        self.dtype = torch.float64 if getattr(adapter, "dtype", torch.float32) == torch.float64 else torch.float32
+        B = min(batch_size, len(requests))
+        span = self.topology.span(layout, W)
+        self.cache = adapter.new_cache(B, max(p.length for p in self.prompts.values()), W)
+        self.tokens = torch.full((B, self.N), -1, dtype=torch.long, device=self.device)
+        self.pending = PendingDrafts(B, span, self.V, self.device, self.dtype)
+        depth = max(decoder.growth_observations, decoder.proposal.history_depth, 16 if decoder.trace_drafts else 8)
+        keep_history = W > 1 and (decoder.track_growth or decoder.proposal.history_depth > 0)
+        self.history = ProbabilityHistory(B, span, depth, self.V, self.device, self.dtype) if keep_history else None
+        self.traced = trace_set(layout, decoder.trace_positions) if self.history is not None else set()
+        self.recorder = Recorder(
+            B, W, self.N, int(self.constants.content.sum()), layout.grid_hw[0], self.topology.siblings(), self.device
+        )
+        c = self.constants
+        self.init_ctx = InitContext(
+            layout, c.forced, adapter.image_token_ids, c.left_of, c.above_of, self.V, self.dtype, B
+        )
+        self.init_state = decoder.init.begin(self.init_ctx)
+        self.rows: list[Active | None] = [None] * B
+        self.bad_prefill = torch.zeros((), dtype=torch.bool, device=self.device)
+        self.deferred: tuple | None = None  # growth flags of the last tests, read with the next host sync
+
+    # -- the batch -----------------------------------------------------------------------------------
+
+    def run(self) -> Iterator[tuple[Request, DecodeResult]]:
+        yield from self.admit(list(range(len(self.rows))))
+        while any(row is not None for row in self.rows):
+            self.step()
+            yield from self.finished()
+
+    def admit(self, rows: list[int]) -> Iterator[tuple[Request, DecodeResult]]:
+        """Start the next requests in these free rows: prefill, then the first token from p at position 0."""
+        rows = rows[: len(self.queue)]
+        if not rows:
+            return
+        requests = [self.queue.pop() for _ in rows]
+        for row, request in zip(rows, requests):
+            self.rows[row] = Active(request, np.zeros(self.N, dtype=bool), np.zeros(self.N, dtype=bool))
+            self.tokens[row] = -1
+            self.pending.clear(row)
+            if self.history is not None:
+                self.history.reset(row)
+            self.recorder.start(row)
+            self.decoder.init.reset(self.init_state, row)
+        logits = self.adapter.prefill(self.cache, rows, [self.prompts.pop(id(r)) for r in requests])  # (n, 2, V)
+        p0 = process_logits(logits[:, :, None], self.constants.masks.window(0, 1), self.sampling)[:, 0]  # (n, V)
+        self.bad_prefill = self.bad_prefill | non_finite(logits, p0)
+        first = sample(p0, Draws([r.generator for r in requests], [1] * len(rows), self.device))  # (n,)
+        rows_t = torch.as_tensor(rows, device=self.device)
+        zero = torch.zeros_like(rows_t)
+        self.tokens[rows_t, zero] = first
+        self.decoder.init.observe(self.init_state, rows_t, zero, first)
+        self.recorder.prefill(rows)
+        for row in rows:
+            self.rows[row].decided[0] = True
+        yield from self.finished()  # a one-position segment is done already
+
+    def finished(self) -> Iterator[tuple[Request, DecodeResult]]:
+        done = [i for i, row in enumerate(self.rows) if row is not None and row.decided.all()]
+        if not done:
+            return
+        self.flush_growth()
+        tokens = self.tokens[done].cpu()
+        for i, row in enumerate(done):
+            active = self.rows[row]
+            self.rows[row] = None
+            yield active.request, DecodeResult(tokens[i], self.recorder.finish(row))
+        yield from self.admit(done)  # the next requests take the free rows
+        if any(row is None for row in self.rows):  # none left to take them: the batch shrinks
+            self.retain([i for i, row in enumerate(self.rows) if row is not None])
+
+    def retain(self, keep: list[int]) -> None:
+        """The batch shrinks to these rows, in this order (nothing is left to admit)."""
+        if keep == list(range(len(self.rows))):
+            return
+        self.rows = [self.rows[i] for i in keep]
+        if not keep:
+            return
+        index = torch.as_tensor(keep, device=self.device)
+        self.adapter.retain(self.cache, keep)
+        self.tokens = self.tokens[index]
+        self.pending.retain(keep)
+        if self.history is not None:
+            self.history.retain(index)
+        self.recorder.retain(keep)
+        self.init_state = self.decoder.init.retain(self.init_state, keep)
+
+    # -- one iteration -------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        windows = self.plan()  # 1. the windows' slots
+        fed = self.forward(windows)  # 2. one forward; slot i predicts position positions[i] + 1
+        verdicts, emitted = self.verify(fed)  # 3. accepted paths and emitted tokens
+        decided = self.commit(fed, verdicts, emitted)  # 4. commit the kept slots
+        self.observe(fed, verdicts, decided)  # the iteration's observation: history, init, statistics
+        self.propose(fed, verdicts)  # 5. next drafts past where each walk stopped
+
+    def plan(self) -> list[Window]:
+        windows = []
+        for row, active in enumerate(self.rows):
+            view = SampleView(
+                row,
+                self.tokens[row],
+                active.decided,
+                active.cached,
+                self.adapter.layout,
+                self.constants.forced,
+                self.adapter.image_token_ids,
+                self.pending,
+                self.decoder.init,
+                self.init_state,
+                active.request.generator,
+                self.V,
+            )
+            windows.append(self.topology.plan(view, self.decoder.window))
+        filled = [w.filled for w in windows]
+        if any(len(f) for f in filled):  # the init's drafts wait with the others
+            self.pending.put(np.repeat(np.arange(len(windows)), [len(f) for f in filled]), Drafts.cat(filled))
+        return windows
+
+    def forward(self, windows: list[Window]) -> Fed:
+        """The padded batch of windows through the model, and the processed distributions."""
+        lengths = np.array([len(w) for w in windows])
+        L = int(lengths.max())
+        positions = np.stack([_pad(w.positions, L) for w in windows])  # (B, L) host
+        if len(windows) == 1:
+            tokens = windows[0].tokens[None]
+        else:
+            tokens = torch.stack([torch.cat([w.tokens, w.tokens[-1:].expand(L - len(w))]) for w in windows])
+        mask = None
+        if any(w.mask is not None for w in windows):
+            mask = torch.eye(L, dtype=torch.bool, device=self.device).repeat(len(windows), 1, 1)  # pads see themselves
+            for b, w in enumerate(windows):
+                n = len(w)
+                mask[b, :n, :n] = w.mask if w.mask is not None else torch.ones(n, n, dtype=torch.bool).tril()
+        positions_t = torch.as_tensor(positions, device=self.device)
+        logits = self.adapter.forward(self.cache, tokens, positions_t, mask, int(positions.max()) + 1)  # (B, 2, L, V)
+        masks = self.constants.masks
+        targets = (positions_t + 1).clamp_max(self.N - 1)
+        p = process_logits(logits, masks.rows[masks.index[targets]], self.sampling)  # (B, L, V)
+        bad = non_finite(logits, p) | self.bad_prefill
+        self.bad_prefill = torch.zeros_like(bad)
+        nodes = Drafts.cat([w.nodes for w in windows])
+        return Fed(windows, lengths, positions, tokens, p, bad, nodes, _offsets([len(w.nodes) for w in windows]))
+
+    def verify(self, fed: Fed) -> tuple[list[Verdict], torch.Tensor]:
+        """Every draft's test at once (one verifier call, one host sync, which also brings the last
+        iteration's growth flags to the recorder), then each window's walk, then the emitted tokens,
+        each sample's from its own generator."""
+        generators = [row.request.generator for row in self.rows]
+        carry, deferred = self.carry(fed.bad)
+        verdicts, emitted, host = verify_windows(
+            self.topology, self.decoder.verifier, fed.windows, fed.p, fed.nodes, generators, carry
+        )
+        if host[0]:
+            self.raise_non_finite(fed)
+        if deferred is not None:
+            self.recorder.record_growth(*deferred, host[1:].reshape(-1, 4))
+        return verdicts, emitted
+
+    def carry(self, bad: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
+        """What the iteration's one host sync brings back besides the verifier's flags: the non-finite
+        flag, then the growth flags (T, 4) of the tests recorded last iteration (deferred to this sync
+        so that recording them costs no sync of its own)."""
+        deferred, self.deferred = self.deferred, None
+        if deferred is None:
+            return bad[None], None
+        *host, flags = deferred
+        return torch.cat([bad[None], flags.reshape(-1)]), tuple(host)
+
+    def flush_growth(self) -> None:
+        """Record deferred growth flags now (a sample finishes before another sync would bring them)."""
+        if self.deferred is not None:
+            *host, flags = self.deferred
+            self.deferred = None
+            self.recorder.record_growth(*host, flags.cpu().numpy())
+
+    def commit(self, fed: Fed, verdicts: list[Verdict], emitted: torch.Tensor) -> list[np.ndarray]:
+        """Write the decided tokens, keep the roots not yet cached and the accepted drafts in the cache.
+        Returns each sample's newly decided positions."""
+        device = self.device
+        samples, positions, pieces, kept, decided = [], [], [], [], []
+        e = 0
+        for b, (w, v, active) in enumerate(zip(fed.windows, verdicts, self.rows)):
+            accepted_pos = w.positions[v.accepted]
+            emitted_pos = w.positions[v.emit_slots] + 1
+            here = (
+                np.concatenate([accepted_pos, emitted_pos, w.decided])
+                if len(w.decided)
+                else np.concatenate([accepted_pos, emitted_pos])
+            )
+            active.decided[here] = True
+            roots = np.flatnonzero(w.commit_root)
+            keep = np.concatenate([roots, v.accepted]) if len(v.accepted) else roots
+            if len(roots) > 1:
+                keep = np.sort(keep)
+            active.cached[w.positions[keep]] = True
+            kept.append(keep)
+            decided.append(here)
+            samples.append(np.full(len(here), b))
+            positions.append(here)
+            if len(v.accepted):
+                pieces.append(
+                    fed.tokens[b, v.accepted[0] : v.accepted[-1] + 1]
+                    if _consecutive(v.accepted)
+                    else fed.tokens[b, torch.as_tensor(v.accepted, device=device)]
+                )
+            if len(emitted_pos):
+                pieces.append(emitted[e : e + len(emitted_pos)])
+                e += len(emitted_pos)
+            if len(w.decided):
+                pieces.append(self.constants.forced[torch.as_tensor(w.decided, device=device)])
+        if pieces:
+            where = torch.as_tensor(np.stack([np.concatenate(samples), np.concatenate(positions)]), device=device)
+            tokens = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+            self.tokens[where[0], where[1]] = tokens
+            self.decoder.init.observe(self.init_state, where[0], where[1], tokens)
+        width = max(len(k) for k in kept)
+        slots = np.full((len(kept), width), -1, dtype=np.int64)
+        for b, keep in enumerate(kept):
+            slots[b, : len(keep)] = keep
+        self.adapter.commit(self.cache, torch.as_tensor(slots, device=device))
+        return decided
+
+    def observe(self, fed: Fed, verdicts: list[Verdict], decided: list[np.ndarray]) -> None:
+        """This iteration's distributions enter the history (one row per realized position) and the
+        init's view; the recorder gets one record of everything the verifier decided on."""
+        device, windows, history, init = self.device, fed.windows, self.history, self.decoder.init
+        if history is not None or init.reads_p:
+            real_b = _cat([np.full(len(v.realized), b) for b, v in enumerate(verdicts)])
+            real_slot = _cat([v.realized for v in verdicts])
+            index = torch.as_tensor(np.stack([real_b, real_slot, fed.positions[real_b, real_slot] + 1]), device=device)
+            p_real = fed.p[index[0], index[1]]  # (R, V)
+            init.observe_p(self.init_state, index[0], index[2], p_real)
+            if history is not None:
+                history.push(index[0], index[2], p_real)
+
+        c = self.constants
+        tested = [v.tested for v in verdicts]
+        if sum(len(x) for x in tested):
+            test_b = _cat([np.full(len(x), b) for b, x in enumerate(tested)])
+            tested_ = _cat(tested)
+            test_node = _cat([w.node_of[x] + off for w, x, off in zip(windows, tested, fed.offsets)])
+            test_pos = fed.positions[test_b, tested_]
+            accepted = _cat([_member(x, v.accepted, len(w)) for x, v, w in zip(tested, verdicts, windows)])
+            depth = _cat([w.depth[x] for w, x in zip(windows, tested)])
+            sibling = _cat([w.sibling[x] for w, x in zip(windows, tested)])
+        else:
+            test_b = tested_ = test_node = test_pos = depth = sibling = np.zeros(0, dtype=np.int64)
+            accepted = np.zeros(0, dtype=bool)
+        content = c.content[test_pos]
+        tests = Tests(test_b, depth, sibling, c.grid_row[test_pos], accepted, content, fed.nodes.fresh[test_node])
+        record = IterationRecord(
+            np.arange(len(windows)),
+            np.array([len(d) for d in decided]),
+            fed.lengths,
+            np.array([w.in_flight for w in windows]),
+            tests,
+        )
+        self.recorder.record(record)
+        if history is not None:
+            if len(tested_):  # growth flags, to the recorder with the next host sync
+                index = torch.as_tensor(np.stack([test_b, test_pos, test_node]), device=device)
+                nodes, dec, node = fed.nodes, self.decoder, index[2]
+                where = history.locate(index[0], index[1])
+                flags = torch.stack(
+                    [
+                        nodes.eligible[node],
+                        nodes.grew[node],
+                        history.grew(where, nodes.tokens[node], dec.growth_steps, dec.strict_increases),
+                        where[1] >= dec.growth_observations,
+                    ],
+                    dim=-1,
+                )
+                self.deferred = (test_b, accepted & content, content, flags)
+            self.trace(fed, decided, test_b, tested_, accepted)
+
+    def trace(
+        self, fed: Fed, decided: list[np.ndarray], test_b: np.ndarray, tested: np.ndarray, accepted: np.ndarray
+    ) -> None:
+        """Probability trajectories: of the traced positions as they are decided, and (when asked for)
+        of every draft the verifier decided on at a content position, with whether it passed."""
+        history, recorder = self.history, self.recorder
+        for b, new in enumerate(decided):
+            hits = self.traced.intersection(new.tolist())
+            for pos in sorted(hits):
+                token = int(self.tokens[b, pos])
+                recorder.trajectories[b].append(
+                    {"pos": pos, "token": token, "probs": history.trajectory(b, pos, token)}
+                )
+        if not self.decoder.trace_drafts:
+            return
+        for b, slot, ok in zip(test_b.tolist(), tested.tolist(), accepted.tolist()):
+            pos = int(fed.positions[b, slot])
+            if self.constants.content[pos]:
+                token = int(fed.tokens[b, slot])
+                recorder.draft_traces[b].append(
+                    {"pos": pos, "token": token, "accepted": bool(ok), "probs": history.trajectory(b, pos, token)}
+                )
+
+    def propose(self, fed: Fed, verdicts: list[Verdict]) -> None:
+        """The sources' p become next drafts at their targets, for every sample at once."""
+        samples, sources, carried = [], [], []
+        for b, (w, v, active) in enumerate(zip(fed.windows, verdicts, self.rows)):
+            src, carry = v.sources, v.carried
+            if not len(src):
+                continue
+            open_ = ~active.decided[w.positions[src] + 1]  # a slot that only caches its token predicts nothing
+            if not open_.all():
+                src, carry = src[open_], carry[open_]
+            samples.append(np.full(len(src), b))
+            sources.append(src)
+            carried.append(np.where(carry >= 0, w.node_of[np.maximum(carry, 0)] + fed.offsets[b], -1))
+        if not samples:
+            return
+        sample_ids, source_slots, carried_nodes = map(np.concatenate, (samples, sources, carried))
+        per_sample = np.bincount(sample_ids, minlength=len(fed.windows)).tolist()
+        if not len(sample_ids):
+            return
+        device, dec, history = self.device, self.decoder, self.history
+        target_host = fed.positions[sample_ids, source_slots] + 1
+        index = torch.as_tensor(
+            np.stack([sample_ids, source_slots, target_host, np.maximum(carried_nodes, 0)]), device=device
+        )
+        sb, targets = index[0], index[2]
+        p = fed.p[sb, index[1]]  # (S, V)
+        has_old = torch.as_tensor(carried_nodes >= 0, device=device)
+        if len(fed.nodes):
+            old = Carried(fed.nodes.tokens[index[3]], fed.nodes.refs[index[3]], has_old)
+        else:
+            old = Carried(torch.zeros_like(sb), torch.zeros_like(p), has_old)
+        growth = observed = None
+        if history is not None and dec.proposal.history_depth:
+            growth = history.growth_mask(sb, targets, dec.growth_steps, dec.strict_increases)
+        generators = [row.request.generator for row in self.rows]
+        ctx = ProposalContext(sb, targets, history, growth, Draws(generators, per_sample, device))
+        drafts, refs = dec.proposal.propose(p, old, ctx)
+        grew = None
+        if history is not None:
+            where = history.locate(sb, targets)
+            grew = history.grew(where, drafts, dec.growth_steps, dec.strict_increases)
+            observed = where[1] >= dec.growth_observations
+        self.pending.put(sample_ids, Drafts.made(target_host, drafts, refs, self.V, False, grew, observed))
+        self.decoder.init.observe(self.init_state, sb, targets, drafts)
+
+    def raise_non_finite(self, fed: Fed) -> None:
+        """The error path: the first sample and position whose logits or probabilities are bad."""
+        for b, w in enumerate(fed.windows):
+            bad = ~torch.isfinite(fed.p[b, : len(w)]).all(-1)
+            if bool(bad.any()):
+                raise NonFiniteLogits(int(w.positions[int(bad.long().argmax())]) + 1, self.rows[b].request.prompt)
+        raise NonFiniteLogits(0, self.rows[0].request.prompt)  # a prompt's own logits (the prefill)
+
+
+@dataclass
+class Fed:
+    """One iteration's forward: the windows (B), padded to L slots, and what the model returned."""
+
+    windows: list[Window]
+    lengths: np.ndarray  # (B,) slots of each window
+    positions: np.ndarray  # (B, L) host, padded with each window's last position
+    tokens: torch.Tensor  # (B, L) slot inputs, padded likewise
+    p: torch.Tensor  # (B, L, V) processed distributions
+    bad: torch.Tensor  # () NaN/+inf logits or probabilities anywhere (device flag)
+    nodes: Drafts  # every window's draft slots, window by window
+    offsets: np.ndarray  # (B,) where each window's nodes start in `nodes`
+
+
+def verify_windows(
+    topology: Topology,
+    verifier: Verifier,
+    windows: list[Window],
+    p: torch.Tensor,
+    nodes: Drafts,
+    generators: list[torch.Generator],
+    carry: torch.Tensor | None = None,
+) -> tuple[list[Verdict], torch.Tensor, np.ndarray]:
+    """Verification of B windows (p: (B, L, V), nodes: every window's drafts in order): every draft's
+    test in one verifier call, read with one host sync (which also brings `carry` (C,) bool to the
+    host, returned), each window's walk, then the emitted tokens (E,), each sample's from its own
+    generator."""
+    device = p.device
+    counts = [len(w.nodes) for w in windows]
+    carry = carry if carry is not None else torch.zeros(0, dtype=torch.bool, device=device)
+    if sum(counts):
+        rows = [topology.test_rows(w, p[b, : len(w)], verifier) for b, w in enumerate(windows)]
+        u = Draws(generators, counts, device).uniform()
+        test_p = rows[0].p if len(rows) == 1 else torch.cat([r.p for r in rows])
+        flags = verifier.accept(test_p, nodes.refs, nodes.tokens, u)
+        fails = [r.fails if r.fails is not None else torch.zeros_like(flags[:0]) for r in rows]
+        if any(r.fails is not None for r in rows):
+            flags = flags & ~torch.cat([f if len(f) else torch.zeros(len(w.nodes), dtype=torch.bool, device=device)
+                                        for f, w in zip(fails, windows)])
+        host = torch.cat([flags, carry]).cpu().numpy()  # the one host sync per iteration
+        passed = np.split(host[: flags.shape[0]], np.cumsum(counts)[:-1])
+        carried = host[flags.shape[0] :]
+    else:
+        rows = [TestRows(p[b, :0], p[b, : len(w)]) for b, w in enumerate(windows)]  # no drafts to test
+        carried = carry.cpu().numpy()
+        passed = [np.zeros(0, dtype=bool)] * len(windows)
+    if carried.size and carried[0]:
+        return [], p[:0, 0], carried
+    verdicts = [topology.verify(w, p[b, : len(w)], rows[b], passed[b], verifier) for b, w in enumerate(windows)]
+    base = verdicts[0].emit_base if len(verdicts) == 1 else torch.cat([v.emit_base for v in verdicts])  # (E, V)
+    offsets = _offsets(counts)
+    rejected = [np.where(v.emit_rejected >= 0, v.emit_rejected + off, -1) for v, off in zip(verdicts, offsets)]
+    rejected = rejected[0] if len(rejected) == 1 else np.concatenate(rejected)
+    residual_rows = np.flatnonzero(rejected >= 0)
+    if residual_rows.size:  # the verifier's replacement where a draft was rejected
+        index = torch.as_tensor(np.stack([residual_rows, rejected[residual_rows]]), device=device)
+        residual = verifier.replacement(base[index[0]], nodes.refs[index[1]], nodes.tokens[index[1]])
+        base = residual if residual_rows.size == base.shape[0] else base.index_copy(0, index[0], residual)
+    return verdicts, sample(base, Draws(generators, [len(v.emit_slots) for v in verdicts], device)), carried
+
+
+def non_finite(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """() device flag: a raw logit is NaN or +inf (greedy would take its argmax), or a processed
     probability is not finite. -inf logits are fine (models mask ids that way). Two reductions:
     NaN and inf propagate through max and sum."""
     return ~torch.isfinite(logits.amax() + p.sum())
 
 
-def _first_bad_slot(logits: torch.Tensor, p: torch.Tensor) -> int:
-    """The error path only: the first window slot whose logits or probabilities are bad."""
-    bad = ~(logits < float("inf")).all(-1).all(0) | ~torch.isfinite(p).all(-1)  # (L,)
-    return int(bad.long().argmax())
+def _pad(values: np.ndarray, length: int) -> np.ndarray:
+    """A window's positions padded with its last one (padding slots are never read)."""
+    return values if len(values) == length else np.concatenate([values, np.full(length - len(values), values[-1])])
 
 
-def jacobi_decode(
-    adapter: ImageARAdapter,
-    prompt_text: str,
-    decoder: Decoder,
-    sampling: Sampling,
-    generator: torch.Generator,
-) -> DecodeResult:
-    layout, device, V, W = adapter.layout, adapter.device, adapter.vocab_size, decoder.window
-    N = layout.n_positions
-    topology = decoder.topology if W > 1 else ChainTopology()
-    if decoder.verifier.greedy:
-        sampling = replace(sampling, temperature=0.0)
-    constants = loop_constants(adapter)
-    masks = constants.masks
-    stats = DecodeStats.empty(
-        W, n_tokens=N, n_content=int(constants.content.sum()), grid_rows=layout.grid_hw[0], siblings=topology.siblings()
-    )
-    depth = max(decoder.growth_observations, decoder.proposal.history_depth, 16 if decoder.trace_drafts else 8)
-    keep_history = W > 1 and (decoder.track_growth or decoder.proposal.history_depth > 0)
-    history = ProbabilityHistory(topology.history_rows(W), depth, V, device, N) if keep_history else None
-    traced = _trace_set(layout, decoder.trace_positions) if history is not None else set()
-
-    prompt = adapter.encode_prompt(prompt_text)
-    cache = adapter.new_cache(prompt, extra=W)
-    logits0 = adapter.prefill(prompt, cache)[:, None]  # (2, 1, V)
-    p0 = process_logits(logits0, masks.window(0, 1), sampling)  # (1, V)
-    bad_prefill = _non_finite(logits0, p0)  # device flag, read at the first iteration's sync
-    tokens = torch.full((N,), -1, dtype=torch.long, device=device)
-    tokens[0] = sample(p0, generator)[0]
-    stats.nfe = 1
-    decided = np.zeros(N, dtype=bool)
-    decided[0] = True
-    state = DecodeState(
-        tokens, decided, np.zeros(N, dtype=bool), WindowState.empty(V, device), layout, constants.forced
-    )
-    ctx = InitContext(
-        layout,
-        constants.forced,
-        constants.left_of,
-        constants.above_of,
-        adapter.image_token_ids,
-        tokens.clone(),
-        torch.full((N,), -1, dtype=torch.long, device=device),
-    )
-
-    while not state.done():
-        # 1. the window's slots; never-predicted positions get drafts from the init
-        window = topology.plan(state, W, decoder.init, ctx, generator)
-
-        # 2. one forward; slot i predicts position positions[i] + 1
-        logits = adapter.forward(window.tokens, torch.as_tensor(window.positions, device=device), cache, window.mask)
-        stats.record_forward(len(window), window.in_flight)
-        target_host = window.positions + 1
-        targets = torch.as_tensor(target_host, device=device)
-        p = process_logits(logits, masks.rows[masks.index[targets]], sampling)  # (L, V)
-
-        # 3. verify: accepted paths, then an emitted token (residual or bonus) per emitting root
-        bad = _non_finite(logits, p) | bad_prefill  # NaN/+inf logits or NaN probabilities (device flag)
-        verdict = topology.verify(window, p, decoder.verifier, generator)
-        if bool(bad):  # read after verify's own host sync; nothing sampled from them reaches the tokens
-            raise NonFiniteLogits(0 if bool(bad_prefill) else int(window.positions[_first_bad_slot(logits, p)]) + 1)
-        accepted = np.array(verdict.accepted, dtype=np.int64)
-        accepted_pos = window.positions[accepted]
-        emitted_pos = window.positions[np.array(verdict.emit_slots, dtype=np.int64)] + 1
-        if accepted.size:
-            tokens[torch.as_tensor(accepted_pos, device=device)] = window.tokens[
-                torch.as_tensor(accepted, device=device)
-            ]
-        if emitted_pos.size:
-            tokens[torch.as_tensor(emitted_pos, device=device)] = verdict.emitted
-        new = np.sort(np.concatenate([accepted_pos, emitted_pos, np.array(window.decided_now, dtype=np.int64)]))
-        state.decided[new] = True
-
-        # 4. commit the roots not yet cached and the accepted drafts; the rest of the window is dropped
-        kept = np.sort(np.concatenate([np.flatnonzero(window.commit_root), accepted]))
-        adapter.commit(cache, torch.as_tensor(kept, device=device))
-        state.cached[window.positions[kept]] = True
-        new_t = torch.as_tensor(new, device=device)
-        ctx.guess[new_t] = tokens[new_t]
-
-        # one growth mask per iteration, for VP and the statistics alike, along each realized chain
-        realized = np.array(verdict.realized, dtype=np.int64)
-        realized_t = torch.as_tensor(realized, device=device)
-        row_of = np.full(len(window), -1, dtype=np.int64)
-        row_of[realized] = np.arange(realized.size)
-        ctx.latest_argmax[targets[realized_t]] = p[realized_t].argmax(-1)
-        growth = observed = None
-        if history is not None:
-            history.push(targets[realized_t], p[realized_t], target_host[realized])
-            growth = history.growth_mask(targets[realized_t], decoder.growth_steps, decoder.strict_increases)  # (R, V)
-            observed = history.observations(targets[realized_t]) >= decoder.growth_observations  # (R,)
-        _record(stats, window, verdict, len(new), constants, growth, observed, row_of)
-        if decoder.trace_drafts and history is not None:
-            _trace_drafts(stats, window, verdict, constants, history)
-        if history is not None:
-            for pos in sorted(traced.intersection(new.tolist())):
-                token = int(tokens[pos])
-                stats.trajectories.append({"pos": pos, "token": token, "probs": history.trajectory(pos, token)})
-
-        # 5. propose next drafts at the continuation's target positions
-        state.pending = _propose(decoder, window, verdict, p, state, ctx, history, growth, observed, row_of, generator)
-
-    return DecodeResult(tokens.cpu(), stats)
+def _offsets(counts: list[int]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
 
 
-def _trace_drafts(
-    stats: DecodeStats, window: Window, verdict: Verdict, constants: LoopConstants, history: ProbabilityHistory
-) -> None:
-    """Every draft the verifier decided on at a content position: its token's probability at its
-    position over the iterations up to this one, and whether it passed (SJD-VP's accepted vs
-    rejected trajectories). Any topology: a tree's siblings and each row's drafts are listed alike."""
-    accepted = set(verdict.accepted)
-    for slot in verdict.tested:
-        pos = int(window.positions[slot])
-        if constants.content[pos]:
-            token = int(window.tokens[slot])
-            stats.draft_traces.append(
-                {"pos": pos, "token": token, "accepted": slot in accepted, "probs": history.trajectory(pos, token)}
-            )
+def _cat(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
-def _record(
-    stats: DecodeStats,
-    window: Window,
-    verdict: Verdict,
-    m: int,
-    constants: LoopConstants,
-    growth: torch.Tensor | None,
-    observed: torch.Tensor | None,
-    row_of: np.ndarray,
-) -> None:
-    """Statistics of the drafts the verifier decided on this iteration."""
-    tested = np.array(verdict.tested, dtype=np.int64)
-    nodes = window.node_of[tested]
-    positions = window.positions[tested]
-    accepted = np.isin(tested, np.array(verdict.accepted, dtype=np.int64))
-    host = (
-        m,
-        window.depth()[tested],
-        window.sibling[tested],
-        constants.grid_row[positions],
-        accepted,
-        constants.content[positions],
-        window.nodes.fresh[nodes],
-    )
-    if growth is None:
-        stats.record_tests(*host)
-        return
-    index = torch.as_tensor(nodes, device=window.tokens.device)
-    rows = torch.as_tensor(row_of[window.parent[tested]], device=index.device)  # the p each draft was tested against
-    grew_verify = growth[rows].gather(-1, window.nodes.drafts[index][:, None]).squeeze(-1)
-    stats.record_tests(*host, window.nodes.grew[index], window.nodes.eligible[index], grew_verify, observed[rows])
+def _member(values: np.ndarray, members: np.ndarray, size: int) -> np.ndarray:
+    """(len(values),) bool: which values (slots < size) are among `members` (np.isin for small slots)."""
+    table = np.zeros(size, dtype=bool)
+    table[members] = True
+    return table[values]
 
 
-def _propose(
-    decoder: Decoder,
-    window: Window,
-    verdict: Verdict,
-    p: torch.Tensor,
-    state: DecodeState,
-    ctx: InitContext,
-    history,
-    growth,
-    observed,
-    row_of: np.ndarray,
-    generator: torch.Generator,
-) -> WindowState:
-    """The pending drafts after this iteration: the continuation's proposals plus every earlier
-    draft whose position is neither decided nor re-proposed."""
-    cont = np.array(verdict.continuation, dtype=np.int64)
-    carried = np.array(verdict.carried, dtype=np.int64)
-    open_ = ~state.decided[window.positions[cont] + 1] if cont.size else np.zeros(0, dtype=bool)
-    if not open_.all():  # a slot that only caches its token predicts a decided position: nothing to propose
-        cont, carried = cont[open_], carried[open_]
-    pending = state.pending
-    keep = ~state.decided[pending.positions]
-    if cont.size == 0:
-        return pending if keep.all() else pending.gather(np.flatnonzero(keep))
-    device = p.device
-    target_host = window.positions[cont] + 1
-    cont_t = torch.as_tensor(cont, device=device)
-    rows = torch.as_tensor(row_of[cont], device=device)
-    targets = torch.as_tensor(target_host, device=device)
-    cont_growth = growth[rows] if growth is not None else None
-    proposal_ctx = ProposalContext(targets, history, cont_growth, generator)
-    drafts, refs = decoder.proposal.propose(p[cont_t], _carried(window, carried, p.shape[-1]), proposal_ctx)
-    if growth is not None:
-        proposed = WindowState.proposed(
-            drafts, refs, target_host, cont_growth.gather(-1, drafts[:, None]).squeeze(-1), observed[rows]
-        )
-    else:
-        proposed = WindowState.proposed(drafts, refs, target_host)
-    ctx.guess[targets] = drafts
-    keep &= ~np.isin(pending.positions, target_host)
-    if not keep.any():
-        return proposed
-    return pending.gather(np.flatnonzero(keep)).concat(proposed)
+def _consecutive(slots: np.ndarray) -> bool:
+    return int(slots[-1]) - int(slots[0]) == len(slots) - 1

@@ -1,37 +1,37 @@
-"""The parts a decoder is built from, their typed interfaces, and the registry that finds them.
+"""The parts a decoder is built from: every interface the loop depends on, and the data they exchange.
 
 A decoder = proposal x verifier x init x topology inside one loop (loop.py):
-- `Proposal`: after verification, turns the distributions at the not-yet-committed slots into next
-  iteration's drafts and their references q (resample, coupled, vp, reuse).
-- `Verifier`: says which drafts pass and what the first rejected slot emits (exact, greedy,
-  lantern, gsd).
-- `Init`: drafts for slots that were never predicted (random, left, above, argmax_left).
-- `Topology`: the shape of the window: which drafts one forward holds, at which positions, who sees
-  whom, and which roots emit a token (chain, tree, rows).
+- `Topology`: the shape of the window. `plan` lays out the slots of one forward (which drafts, at
+  which positions, who sees whom, which roots emit a token) and returns them as a `Window`; `verify`
+  walks the window with the verifier's flags and returns a `Verdict` (chain, tree, rows).
+- `Verifier`: says which drafts pass and what a rejected slot emits (exact, greedy, lantern, gsd).
+- `Proposal`: turns the distributions past the commit point into next iteration's drafts and their
+  references q (resample, coupled, vp, reuse).
+- `Init`: drafts for positions that were never predicted (random, uniform, left, above, argmax_left);
+  an init keeps whatever state it reads (a grid of guesses) itself and is told what happened.
 
-A part is one file holding its config dataclass (its knobs, defaults and range checks) and the
-class built from it. It is registered by one YAML, `conf/decoder/<kind>/<name>.yaml`, whose
-`_target_` names that class and whose keys are the knob defaults users see: the config group is the
-registry, and a new part needs no edit anywhere else. Extra config directories (for parts of your
-own) come from `SJDBENCH_CONFIG_PATH`.
+Data flows one way: a part returns what it decides and never changes what it was given. A part is
+built from its config dataclass (`PartConfig`: its knobs, written once) by `Part.build`; parts that
+read the model (LANTERN's codebook, GSD's embeddings) override `build`. Optional hooks are methods of
+the base classes with defaults, so the loop calls them unconditionally.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
+import functools
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 import torch
-import yaml
 
-from sjdbench.errors import UserError
+from sjdbench.decoding.state import Drafts
 
 if TYPE_CHECKING:
-    from sjdbench.decoding.inits.neighbours import InitContext
-    from sjdbench.decoding.window import DecodeState, Window
+    from sjdbench.adapter import SegmentLayout
+    from sjdbench.decoding.history import ProbabilityHistory
+    from sjdbench.decoding.randomness import Draws
+    from sjdbench.decoding.state import PendingDrafts
 
 KINDS = ("proposal", "verifier", "init", "topology")
 
@@ -56,244 +56,256 @@ class NoKnobs(PartConfig):
     """The config of a part without knobs."""
 
 
-class KnoblessPart:
-    """Base for parts without knobs: built from nothing."""
+class Part:
+    """Base of every part: it holds its config and reads its knobs from there."""
 
-    Config = NoKnobs
+    Config: ClassVar[type[PartConfig]] = NoKnobs
+
+    def __init__(self, config: PartConfig | None = None) -> None:
+        self.config = config if config is not None else self.Config()
 
     @classmethod
-    def build(cls, config: NoKnobs, adapter: Any = None) -> KnoblessPart:
-        return cls()
+    def build(cls, config: PartConfig, model: Any = None, **children: Any) -> Part:
+        """The part for a resolved config (the registry's one call); `model` is the adapter, for parts
+        that read model data, and `children` the built nested parts (VP's inner proposal)."""
+        return cls(config, **children)
+
+    @classmethod
+    def lossless(cls, config: PartConfig, **children: bool) -> bool:
+        """Whether this part, with these knobs (and nested parts' claims), keeps AR's distribution.
+        Lossy unless a part says otherwise: losslessness is a claim that needs a proof."""
+        return False
+
+    def resolved(self) -> dict[str, Any]:
+        """Settings decided when the part was built (e.g. GSD's model-specific threshold), for env.json."""
+        return {}
 
 
-# -- the interfaces the loop depends on -----------------------------------------------------------
+# -- proposals -----------------------------------------------------------------------------------
 
 
 @dataclass
 class Carried:
-    """The drafts the previous iteration left at the slots being re-proposed (S slots)."""
+    """The drafts waiting at the positions being re-proposed (S rows)."""
 
     drafts: torch.Tensor  # (S,) long; meaningless where has_old is False
     refs: torch.Tensor  # (S, V) their references q
-    has_old: torch.Tensor  # (S,) bool: the slot had a draft (the last slot of a window never has)
+    has_old: torch.Tensor  # (S,) bool: a draft waited there (the last slot of a window never has one)
 
 
 @dataclass
 class ProposalContext:
-    positions: torch.Tensor  # (S,) segment positions of the slots
-    history: Any  # ProbabilityHistory or None (kept when the loop tracks growth or a part reads it)
+    """Where the S re-proposed rows stand; rows are grouped by sample (see `Draws`)."""
+
+    samples: torch.Tensor  # (S,) batch row of each row's sample
+    positions: torch.Tensor  # (S,) segment positions the new drafts are for
+    history: ProbabilityHistory | None  # kept when the loop tracks growth or a part reads it
     growth: torch.Tensor | None  # (S, V) consecutive-growth mask M at these positions, or None
-    generator: torch.Generator
+    draws: Draws  # uniforms, each row from its own sample's generator
 
 
-@runtime_checkable
-class Proposal(Protocol):
-    history_depth: int  # iterations of per-position probability history it reads (0: none; VP: H + 1)
+class Proposal(Part):
+    history_depth: int = 0  # iterations of per-position probability history it reads (0: none)
 
     def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """From target distributions p (S, V) at the re-proposed slots: next drafts (S,) and their
-        references q (S, V), the distributions they are verified against next iteration."""
-        ...
+        """From target distributions p (S, V): next drafts (S,) and their references q (S, V), the
+        distributions they are verified against next iteration."""
+        raise NotImplementedError
 
 
-@runtime_checkable
-class Verifier(Protocol):
-    greedy: bool  # the loop processes distributions at temperature 0 (Jacobi)
+# -- verifiers -----------------------------------------------------------------------------------
+
+
+class Verifier(Part):
+    greedy: ClassVar[bool] = False  # the loop processes distributions at temperature 0 (Jacobi)
 
     def accept(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """p, q: (L, V); drafts, u: (L,) -> (L,) bool: which drafts pass (the loop takes the prefix)."""
-        ...
+        """p, q: (T, V); drafts, u: (T,) -> (T,) bool: which drafts pass, row by row."""
+        raise NotImplementedError
 
-    def replacement(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
-        """(V,) distribution of the token emitted at the first rejected slot."""
-        ...
-
-
-@runtime_checkable
-class Init(Protocol):
-    """An init may also define `references(drafts, positions, ctx, vocab_size) -> (F, V)`: the
-    distributions its drafts were drawn from, used as their reference q (default: one-hot)."""
-
-    def fill(self, positions: list[int], ctx: InitContext, generator: torch.Generator) -> torch.Tensor:
-        """Drafts (F,) for never-predicted positions (ascending); their reference q is one-hot unless
-        the init states `references`."""
-        ...
+    def replacement(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+        """(E, V) distribution of the token emitted where each draft (E,) was rejected (p, q: (E, V))."""
+        raise NotImplementedError
 
 
-@runtime_checkable
-class Topology(Protocol):
-    select: str  # how the accepted path is chosen: "first" (recursive rejection sampling) | "longest"
+# -- inits ---------------------------------------------------------------------------------------
 
-    def plan(self, state: DecodeState, window: int, init: Init, ctx: InitContext, generator: torch.Generator) -> Window:
-        """The slots of the next forward (at most `window`), drafting never-predicted positions with
-        the init; the forward's slot i predicts position positions[i] + 1."""
-        ...
 
-    def history_rows(self, window: int) -> int:
-        """Rows the probability history needs: the most positions one iteration observes."""
-        ...
+@dataclass
+class InitContext:
+    """What an init may read about the model, for a batch of `batch` samples."""
+
+    layout: SegmentLayout
+    forced: torch.Tensor  # (N,) forced id or -1, on device
+    legal: torch.Tensor  # (K,) legal image ids
+    left_of: np.ndarray  # (N,) host: position of each position's left grid neighbour, -1 if none
+    above_of: np.ndarray  # (N,) host: the same for the neighbour above
+    vocab_size: int
+    dtype: torch.dtype  # of the distributions (references an init states)
+    batch: int
+
+
+class Init(Part):
+    reads_p: ClassVar[bool] = False  # wants `observe_p` (the loop skips gathering the rows otherwise)
+
+    def begin(self, ctx: InitContext) -> Any:
+        """The init's own state for a batch (None when it keeps none)."""
+        return None
+
+    def fill(
+        self, state: Any, sample: int, positions: np.ndarray, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Drafts (F,) for never-predicted positions (F,) ascending of one sample, and the
+        distributions they were drawn from (F, V), or None for deterministic drafts (one-hot q)."""
+        raise NotImplementedError
+
+    def observe(self, state: Any, samples: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor) -> None:
+        """The current guess at these positions (decided tokens and new drafts) of these samples."""
+
+    def observe_p(self, state: Any, samples: torch.Tensor, positions: torch.Tensor, p: torch.Tensor) -> None:
+        """This iteration's distributions (T, V) at these positions."""
+
+    def reset(self, state: Any, sample: int) -> None:
+        """A new sample takes this batch row."""
+
+    def retain(self, state: Any, samples: list[int]) -> Any:
+        """The state of the kept batch rows, in this order."""
+        return state
+
+
+# -- topologies ----------------------------------------------------------------------------------
+
+
+@dataclass
+class SampleView:
+    """One sample between iterations, as a topology's plan reads it (it changes nothing of it)."""
+
+    row: int  # batch row
+    tokens: torch.Tensor  # (N,) device: decided tokens, -1 elsewhere
+    decided: np.ndarray  # (N,) bool host: known (committed, or emitted and re-fed next)
+    cached: np.ndarray  # (N,) bool host: in the model's cache
+    layout: SegmentLayout
+    forced: torch.Tensor  # (N,) forced id or -1, on device
+    legal: torch.Tensor  # (K,) legal image ids
+    pending: PendingDrafts
+    init: Init
+    init_state: Any
+    generator: torch.Generator
+    vocab_size: int
+
+    @property
+    def n_positions(self) -> int:
+        return int(self.decided.shape[0])
+
+    def frontier(self) -> int:
+        """The first undecided position (N when the segment is complete)."""
+        open_ = np.flatnonzero(~self.decided)
+        return int(open_[0]) if open_.size else self.n_positions
+
+    def drafts(self, positions: np.ndarray) -> tuple[Drafts, Drafts]:
+        """The drafts for `positions` (ascending): those waiting, the missing ones drafted by the init.
+        Returns (all of them in position order, the newly drafted ones)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        missing = self.pending.missing(self.row, positions)
+        new_positions = positions[missing]
+        if new_positions.size:
+            tokens, refs = self.init.fill(self.init_state, self.row, new_positions, self.generator)
+            fresh = Drafts.made(new_positions, tokens, refs, self.vocab_size, fresh=True)
+        else:
+            fresh = Drafts.made(new_positions, self.tokens[:0], None, self.vocab_size, fresh=True)
+        if not missing.any():
+            return self.pending.get(self.row, positions), fresh
+        waiting = self.pending.get(self.row, positions[~missing])
+        merged = Drafts.cat([waiting, fresh])
+        order = np.argsort(merged.positions, kind="stable")
+        return merged.select(order), fresh
+
+
+@dataclass
+class Window:
+    """One forward's L slots of one sample, as a forest.
+
+    A root slot holds a token that is already decided (the last committed one, re-fed so that its
+    logits predict the next position); every other slot is a draft whose parent is the slot it
+    follows. A chain is one root with one child per slot, a draft tree one root with several children
+    per slot (siblings), rows in flight one chain per row. Each slot sees its ancestors only."""
+
+    tokens: torch.Tensor  # (L,) device: slot inputs
+    positions: np.ndarray  # (L,) host: segment position of each slot; its logits predict position + 1
+    parent: np.ndarray  # (L,) host: parent slot, -1 for a root (parents come before children)
+    sibling: np.ndarray  # (L,) host: index among its parent's children (siblings are tested in this order)
+    depth: np.ndarray  # (L,) host: depth below its root
+    nodes: Drafts  # the draft slots (parent >= 0), in slot order
+    commit_root: np.ndarray  # (L,) bool host: a root whose token enters the cache with this window
+    emits: np.ndarray  # (L,) bool host: a root whose accepted path ends with an emitted token
+    mask: torch.Tensor | None  # (L, L) bool: slot i sees slot j; None = the causal chain
+    filled: Drafts  # drafts the init made for this window (the loop keeps them waiting)
+    decided: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # positions the plan
+    # itself decided (forced row ends that anchor a row), with their forced tokens as slot inputs
+    in_flight: int = 1  # rows that predict in this window (a root that only enters the cache is not one)
+
+    def __len__(self) -> int:
+        return int(self.positions.shape[0])
+
+    @property
+    def node_slots(self) -> np.ndarray:
+        return np.flatnonzero(self.parent >= 0)
+
+    @functools.cached_property
+    def node_of(self) -> np.ndarray:
+        """(L,) each draft slot's row in `nodes`, -1 for roots."""
+        index = np.full(len(self), -1, dtype=np.int64)
+        slots = self.node_slots
+        index[slots] = np.arange(slots.size)
+        return index
+
+
+@dataclass
+class TestRows:
+    """What each draft of a window is tested against (Q rows, one per draft slot, in slot order):
+    its parent's distribution, or for a later sibling the residual left after the earlier ones."""
+
+    p: torch.Tensor  # (Q, V)
+    last: torch.Tensor  # (L, V) per slot: what its last child was tested against (its p without siblings)
+    fails: torch.Tensor | None = None  # (Q,) drafts that fail whatever their test says (a reading's rule)
+
+
+@dataclass
+class Verdict:
+    """What one window's verification decided (slots index the window)."""
+
+    accepted: np.ndarray  # (A,) accepted draft slots, root by root, top down
+    tested: np.ndarray  # (T,) draft slots the verifier decided on, in walk order
+    emit_slots: np.ndarray  # (E,) per emitting root: the slot where its walk ended
+    emit_base: torch.Tensor  # (E, V) the distribution the emitted token comes from (a bonus: the slot's p) ...
+    emit_rejected: np.ndarray  # (E,) ... or, where a draft was rejected there (node index), its residual
+    realized: np.ndarray  # (R,) the slots whose p is this iteration's observation (distinct targets)
+    sources: np.ndarray  # (S,) slots whose p proposes the next drafts, one per target position
+    carried: np.ndarray  # (S,) per source: the draft slot waiting at its target (carried over), or -1
+
+
+class Topology(Part):
+    select: ClassVar[str] = "first"  # accepted path: "first" (recursive rejection sampling) | "longest"
 
     def siblings(self) -> int:
         """The most children a draft slot can have (1 for chains and rows)."""
-        ...
+        return 1
 
+    def span(self, layout: SegmentLayout, window: int) -> int:
+        """The most positions between a sample's first undecided position and the last one it keeps
+        drafts or history for (the rings of `PendingDrafts` and `ProbabilityHistory` are this long)."""
+        return max(window, 1)
 
-# -- the registry ---------------------------------------------------------------------------------
+    def plan(self, sample: SampleView, window: int) -> Window:
+        """The slots of the next forward (at most `window`); slot i predicts position positions[i] + 1."""
+        raise NotImplementedError
 
+    def test_rows(self, window: Window, p: torch.Tensor, verifier: Verifier) -> TestRows:
+        """p (L, V): slot i's distribution over position positions[i] + 1 -> each draft's test row."""
+        raise NotImplementedError
 
-def config_dirs() -> list[Path]:
-    """The built-in config tree, then the directories in SJDBENCH_CONFIG_PATH (os.pathsep-separated)."""
-    from sjdbench.paths import config_dirs as dirs
-
-    return dirs()
-
-
-def part_yaml(kind: str, name: str) -> Path | None:
-    for root in reversed(config_dirs()):  # user directories win
-        path = root / "decoder" / kind / f"{name}.yaml"
-        if path.exists():
-            return path
-    return None
-
-
-def part_choices(kind: str) -> list[str]:
-    names = set()
-    for root in config_dirs():
-        names |= {p.stem for p in (root / "decoder" / kind).glob("*.yaml")}
-    return sorted(names)
-
-
-def _locate(target: str, where: str) -> type:
-    module_name, _, attr = target.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise UserError(f"{where}: cannot import _target_ '{target}' ({error})") from None
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, bool) or value is None:
-        return str(value).lower() if value is not None else "null"
-    if isinstance(value, float):
-        text = f"{value:g}"
-        return text[1:] if text.startswith("0.") else ("-" + text[2:] if text.startswith("-0.") else text)
-    return str(value)
-
-
-@dataclass(frozen=True)
-class PartSpec:
-    """A resolved part: its kind, registered name, class and typed knobs (children: nested parts)."""
-
-    kind: str
-    name: str
-    target: str
-    config: PartConfig
-    children: dict[str, PartSpec] = field(default_factory=dict)
-
-    @property
-    def cls(self) -> type:
-        return _locate(self.target, f"decoder.{self.kind}")
-
-    def knobs(self) -> dict[str, Any]:
-        """Knobs the part reads under its current settings (unused ones and subparts left out)."""
-        skip = self.config.unused() | set(self.config.subparts)
-        return {f.name: getattr(self.config, f.name) for f in dataclasses.fields(self.config) if f.name not in skip}
-
-    def identity(self) -> dict[str, Any]:
-        """What run ids hash: the part's name, the knobs it reads, and its nested parts."""
-        return {"name": self.name, **self.knobs(), **{k: c.identity() for k, c in self.children.items()}}
-
-    def label_knobs(self, reference: PartSpec | None = None) -> list[str]:
-        """'knob=value' for every knob that differs from `reference` (the same part in the preset),
-        or from this part's own defaults when there is no such reference."""
-        if reference is None or reference.name != self.name:
-            reference = default_spec(self.kind, self.name)
-        theirs = reference.knobs()
-        out = [f"{self.config.symbols.get(k, k)}={_fmt(v)}" for k, v in self.knobs().items() if theirs.get(k) != v]
-        for key, child in self.children.items():
-            ref_child = reference.children.get(key)
-            if ref_child is None or ref_child.name != child.name:
-                inner = child.label_knobs()
-                out.append(f"{key}={child.name}" + (f"({','.join(inner)})" if inner else ""))
-            else:
-                out.extend(child.label_knobs(ref_child))
-        return out
-
-    def lossless(self) -> bool:
-        """Whether this part, with these knobs (and nested parts), keeps AR's distribution. A part
-        states it with a `lossless(config, **nested) -> bool` classmethod; one that does not counts
-        as lossy: losslessness is a claim that needs a proof (tests/test_exactness.py)."""
-        claim = getattr(self.cls, "lossless", None)
-        if claim is None:
-            return False
-        return bool(claim(self.config, **{k: c.lossless() for k, c in self.children.items()}))
-
-    def build(self, adapter: Any) -> Any:
-        """The part object; nested parts are built first and passed by knob name."""
-        children = {k: c.build(adapter) for k, c in self.children.items()}
-        return self.cls.build(self.config, adapter, **children)
-
-
-def default_spec(kind: str, name: str) -> PartSpec:
-    return resolve_part(kind, {"name": name}, f"decoder.{kind}")
-
-
-def resolve_part(kind: str, raw: Any, where: str) -> PartSpec:
-    """A part from its config: a name, or a dict with `name` (and optionally `_target_`) plus knobs.
-
-    The part's YAML supplies `_target_` and default knobs; the given keys win. Unknown knobs, bad
-    types and out-of-range values fail here, with one line naming the key, before any model loads.
-    """
-    if isinstance(raw, str):
-        raw = {"name": raw}
-    raw = dict(raw or {})
-    name = raw.get("name")
-    choices = part_choices(kind)
-    if not name:
-        raise UserError(f"{where}: no {kind} chosen; choose one of: {', '.join(choices)}")
-    path = part_yaml(kind, str(name))
-    if path is None and "_target_" not in raw:
-        raise UserError(f"unknown {where} '{name}'; choose one of: {', '.join(choices)}")
-    defaults = yaml.safe_load(path.read_text()) if path is not None else {}
-    merged = {**(defaults or {}), **raw}
-    target = merged.pop("_target_", None)
-    merged.pop("name", None)
-    if not target:
-        raise UserError(f"{where} '{name}': its YAML ({path}) has no _target_ naming the part's class")
-    cls = _locate(target, f"{where} '{name}'")
-    config_cls = getattr(cls, "Config", None)
-    if config_cls is None or not issubclass(config_cls, PartConfig):
-        raise UserError(f"{where} '{name}': {target} has no Config (a PartConfig dataclass)")
-    fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    unknown = sorted(set(merged) - set(fields))
-    if unknown:
-        valid = ", ".join(fields) or "none"
-        raise UserError(f"{where}.{unknown[0]}: {kind} '{name}' has no knob '{unknown[0]}' (its knobs: {valid})")
-    children = {}
-    for knob, child_kind in config_cls.subparts.items():
-        if knob in merged:
-            children[knob] = resolve_part(child_kind, merged[knob], f"{where}.{knob}")
-            merged[knob] = children[knob].name
-        else:
-            default = fields[knob].default
-            children[knob] = resolve_part(child_kind, default, f"{where}.{knob}")
-    config = _typed(config_cls, merged, where)
-    try:
-        config.check()
-    except UserError as error:  # checks name the knob ("delta must be >= 0"); add where it lives
-        raise UserError(f"{where}.{error}") from None
-    return PartSpec(kind, str(name), target, config, children)
-
-
-def _typed(config_cls: type, values: dict, where: str) -> PartConfig:
-    """Coerce values to the dataclass's types through OmegaConf (so "32" for an int fails clearly)."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(config_cls), values)
-        return OmegaConf.to_object(merged)
-    except OmegaConfBaseException as error:
-        key = getattr(error, "key", None)
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UserError(f"{where}{f'.{key}' if key else ''}: {first}") from None
+    def verify(
+        self, window: Window, p: torch.Tensor, rows: TestRows, passed: np.ndarray, verifier: Verifier
+    ) -> Verdict:
+        """The walk over the window given which drafts passed their tests (Q,) (host)."""
+        raise NotImplementedError

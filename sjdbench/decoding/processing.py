@@ -10,14 +10,15 @@ from __future__ import annotations
 import torch
 
 from sjdbench.adapter import Sampling
+from sjdbench.decoding.randomness import Draws
 
 NEG_INF = float("-inf")
 
 
 def cfg_mix(logits: torch.Tensor, scale: float, guidance: str = "always") -> torch.Tensor:
-    """logits (2, L, V) = [cond; uncond] -> (L, V) = u + s (c - u); guidance="above_one" (LlamaGen's
-    released rule) takes the conditional row alone at a scale <= 1 instead of mixing."""
-    cond, uncond = logits[0], logits[1]
+    """logits (..., 2, L, V) = [cond; uncond] -> (..., L, V) = u + s (c - u); guidance="above_one"
+    (LlamaGen's released rule) takes the conditional row alone at a scale <= 1 instead of mixing."""
+    cond, uncond = logits[..., 0, :, :], logits[..., 1, :, :]
     if scale == 1.0 or (guidance == "above_one" and scale < 1.0):
         return cond
     return uncond + scale * (cond - uncond)
@@ -47,14 +48,17 @@ def structure_mask(forced: torch.Tensor, legal: torch.Tensor) -> torch.Tensor:
 
 
 def process_logits(logits: torch.Tensor, allowed: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """(2, L, V) raw logits -> (L, V) processed probabilities."""
-    mixed = torch.where(allowed, cfg_mix(logits.float(), sampling.cfg_scale, sampling.guidance), NEG_INF)  # (L, V)
+    """(..., 2, L, V) raw logits -> (..., L, V) processed probabilities (float32, or float64 for a
+    model that runs in it)."""
+    logits = logits if logits.dtype == torch.float64 else logits.float()
+    mixed = torch.where(allowed, cfg_mix(logits, sampling.cfg_scale, sampling.guidance), NEG_INF)  # (..., L, V)
     if sampling.temperature <= 0:  # greedy: one-hot at the argmax
         return torch.zeros_like(mixed).scatter_(-1, mixed.argmax(-1, keepdim=True), 1.0)
     if sampling.temperature != 1.0:  # x / 1 == x: skip an op per call at the default temperature
         mixed = mixed / sampling.temperature
     if sampling.top_k and sampling.top_k < mixed.shape[-1]:
-        kth = torch.topk(mixed, sampling.top_k, dim=-1).values[..., -1:]  # (L, 1)
+        # the k-th largest value (kthvalue: the same value topk gives, a few times faster on a CPU)
+        kth = torch.kthvalue(mixed, mixed.shape[-1] - sampling.top_k + 1, dim=-1, keepdim=True).values  # (..., 1)
         mixed = mixed.masked_fill(mixed < kth, NEG_INF)
     if sampling.top_p < 1.0:
         sorted_logits, order = mixed.sort(dim=-1, descending=True)
@@ -65,17 +69,16 @@ def process_logits(logits: torch.Tensor, allowed: torch.Tensor, sampling: Sampli
     return mixed.softmax(-1)
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One draw per row of probs (..., V) -> (...) long, by inverse CDF.
+def sample(probs: torch.Tensor, draws: Draws) -> torch.Tensor:
+    """One draw per row of probs (R, V) -> (R,) long, by inverse CDF, the uniforms from `draws` (each
+    row's from its own sample's generator).
 
     P(draw = i) = cdf_i - cdf_{i-1} = p_i exactly (zero-probability ids are never drawn); a few times
     cheaper than torch.multinomial for the small batches of a decoding window, and sync-free.
     """
-    flat = probs.reshape(-1, probs.shape[-1])
-    cdf = flat.cumsum(-1)  # (R, V)
-    u = torch.rand(flat.shape[0], 1, generator=generator, device=probs.device) * cdf[:, -1:]
-    draws = torch.searchsorted(cdf, u, right=True).clamp_max(flat.shape[-1] - 1)
-    return draws.view(probs.shape[:-1])
+    cdf = probs.cumsum(-1)  # (R, V)
+    u = draws.uniform(1).to(cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).clamp_max(probs.shape[-1] - 1).view(-1)
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -86,5 +89,7 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(total > 0, res / total.clamp_min(1e-30), p)
 
 
-def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    return torch.zeros(*tokens.shape, vocab_size, device=tokens.device).scatter_(-1, tokens[..., None], 1.0)
+def one_hot(tokens: torch.Tensor, vocab_size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.zeros(*tokens.shape, vocab_size, dtype=dtype, device=tokens.device).scatter_(
+        -1, tokens[..., None], 1.0
+    )

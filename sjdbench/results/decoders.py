@@ -52,7 +52,7 @@ def is_lossless(spec: dict[str, Any] | None) -> bool:
     the runner since it existed): rebuild each stored part with today's registry and ask it. A part
     or knob this sjdbench does not know, or a stored part that differs from what today's part would
     record (an older reading of it), counts as lossy: losslessness is a claim that needs a proof."""
-    from sjdbench.decoding.parts import resolve_part
+    from sjdbench.decoding.registry import resolve_part
     from sjdbench.errors import UserError
 
     if not spec:
@@ -110,7 +110,7 @@ def _symbols() -> dict[str, str]:
     global _SYMBOLS
     if _SYMBOLS is None:
         _SYMBOLS = {}
-        from sjdbench.decoding.parts import default_spec, part_choices
+        from sjdbench.decoding.registry import default_spec, part_choices
         from sjdbench.errors import UserError
 
         for kind in KINDS:

@@ -1,9 +1,12 @@
-"""What every init reads (`InitContext`) and the shared machinery of the spatial inits.
+"""What the inits share: uniform draws over the image tokens, forced tokens at forced positions, and
+the state and machinery of the spatial inits, which copy a grid neighbour's guess.
 
-The spatial inits copy a grid neighbour's guess. The fill is vectorised: neighbour indices are
-resolved on the host from fixed layout tables (a neighbour that is itself fresh in the same call is
-followed to its source), and the device only does gathers, so no host sync happens. Where the
-neighbour does not exist (first column / first row) they fall back to a uniform random draw.
+The spatial inits keep their own `Guesses` (per sample and position: the current guess, decided
+token or waiting draft, and the argmax of the latest distribution), told by the loop through
+`Init.observe` / `Init.observe_p`. The fill is vectorised: neighbour indices are resolved on the host
+from fixed layout tables (a neighbour that is itself fresh in the same call is followed to its
+source), and the device only does gathers, so no host sync happens. Where the neighbour does not
+exist (first column / first row) they fall back to a uniform random draw.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import numpy as np
 import torch
 
 from sjdbench.adapter import SegmentLayout
+from sjdbench.decoding.parts import Init, InitContext
 
 
 def neighbour_tables(layout: SegmentLayout) -> tuple[np.ndarray, np.ndarray]:
@@ -30,55 +34,88 @@ def neighbour_tables(layout: SegmentLayout) -> tuple[np.ndarray, np.ndarray]:
     return left_of, above_of
 
 
-@dataclass
-class InitContext:
-    layout: SegmentLayout
-    forced: torch.Tensor  # (N,) forced id or -1, on device
-    left_of: np.ndarray  # (N,) host tables from `neighbour_tables`
-    above_of: np.ndarray
-    legal: torch.Tensor  # (K,) legal image ids
-    guess: torch.Tensor  # (N,) committed tokens and current drafts (-1 unknown)
-    latest_argmax: torch.Tensor  # (N,) argmax of the latest distribution at each position (-1 unknown)
-
-
-def uniform_drafts(count: int, ctx: InitContext, generator: torch.Generator) -> torch.Tensor:
+def uniform_drafts(count: int, legal: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """(F,) uniform draws over the legal image ids."""
-    legal = ctx.legal
     return legal[torch.randint(legal.numel(), (count,), generator=generator, device=legal.device)]
 
 
-def finish(positions: list[int], drafts: torch.Tensor, ctx: InitContext) -> torch.Tensor:
-    """Forced positions take their forced token; the drafts become the positions' guesses."""
-    pos_t = torch.as_tensor(positions, device=drafts.device)
-    forced = ctx.forced[pos_t]
-    drafts = torch.where(forced >= 0, forced, drafts)
-    ctx.guess[pos_t] = drafts
-    return drafts
+def with_forced(positions: np.ndarray, drafts: torch.Tensor, forced: torch.Tensor) -> torch.Tensor:
+    """Forced positions take their forced token."""
+    forced_here = forced[torch.as_tensor(positions, device=drafts.device)]
+    return torch.where(forced_here >= 0, forced_here, drafts)
 
 
-def copy_neighbour(
-    positions: list[int], ctx: InitContext, generator: torch.Generator, table: np.ndarray, use_argmax: bool = False
-) -> torch.Tensor:
-    """Drafts (F,) copied from each position's neighbour in `table` (its latest argmax if
-    `use_argmax` and known, else its guess); uniform where there is none."""
-    device = ctx.legal.device
-    count = len(positions)
-    drafts = uniform_drafts(count, ctx, generator)  # (F,)
-    source = table[positions]  # (F,) neighbour positions on the host
-    slot_of = {pos: i for i, pos in enumerate(positions)}
-    root_slot = np.arange(count)  # a neighbour that is fresh too: follow it to its root slot
-    existing = np.full(count, -1, dtype=np.int64)  # root's neighbour that already has a guess
-    for i, src in enumerate(source):
-        if src in slot_of:
-            root_slot[i] = root_slot[slot_of[src]]
-            existing[i] = existing[slot_of[src]]
-        elif src >= 0:
-            existing[i] = src
-    drafts = drafts[torch.as_tensor(root_slot, device=device)]  # chains share one random draw
-    src_t = torch.as_tensor(existing, device=device)
-    copied = ctx.guess[src_t.clamp_min(0)]
-    if use_argmax:
-        latest = ctx.latest_argmax[src_t.clamp_min(0)]
-        copied = torch.where(latest >= 0, latest, copied)
-    drafts = torch.where((src_t >= 0) & (copied >= 0), copied, drafts)
-    return finish(positions, drafts, ctx)
+@dataclass
+class Guesses:
+    """Per sample and position (B, N): the current guess (-1 unknown) and the argmax of the latest
+    distribution there (-1 unknown)."""
+
+    ctx: InitContext
+    guess: torch.Tensor
+    argmax: torch.Tensor
+
+
+class SpatialInit(Init):
+    """Base of the inits that copy a grid neighbour: they keep `Guesses`."""
+
+    table = "left"  # which neighbour: left | above
+    use_argmax = False  # copy the neighbour's latest argmax when known (else its guess)
+
+    @property
+    def reads_p(self) -> bool:  # type: ignore[override]
+        return self.use_argmax
+
+    @classmethod
+    def lossless(cls, config, **children: bool) -> bool:
+        """A fresh draft carries the distribution it was drawn from as its reference (one-hot): the exact
+        test stays exact whatever the draft."""
+        return True
+
+    def begin(self, ctx: InitContext) -> Guesses:
+        n = ctx.layout.n_positions
+        unknown = torch.full((ctx.batch, n), -1, dtype=torch.long, device=ctx.forced.device)
+        return Guesses(ctx, unknown, unknown.clone())
+
+    def fill(
+        self, state: Guesses, sample: int, positions: np.ndarray, generator: torch.Generator
+    ) -> tuple[torch.Tensor, None]:
+        """Drafts copied from each position's neighbour (its latest argmax if `use_argmax` and known,
+        else its guess); uniform where there is none. The drafts become the positions' guesses."""
+        ctx = state.ctx
+        device = ctx.legal.device
+        count = len(positions)
+        drafts = uniform_drafts(count, ctx.legal, generator)  # (F,)
+        source = (ctx.left_of if self.table == "left" else ctx.above_of)[positions]  # (F,) host
+        slot_of = {int(pos): i for i, pos in enumerate(positions)}
+        root_slot = np.arange(count)  # a neighbour that is fresh too: follow it to its root slot
+        existing = np.full(count, -1, dtype=np.int64)  # root's neighbour that already has a guess
+        for i, src in enumerate(source.tolist()):
+            if src in slot_of:
+                root_slot[i] = root_slot[slot_of[src]]
+                existing[i] = existing[slot_of[src]]
+            elif src >= 0:
+                existing[i] = src
+        drafts = drafts[torch.as_tensor(root_slot, device=device)]  # chains share one random draw
+        src_t = torch.as_tensor(existing, device=device)
+        copied = state.guess[sample, src_t.clamp_min(0)]
+        if self.use_argmax:
+            latest = state.argmax[sample, src_t.clamp_min(0)]
+            copied = torch.where(latest >= 0, latest, copied)
+        drafts = with_forced(positions, torch.where((src_t >= 0) & (copied >= 0), copied, drafts), ctx.forced)
+        state.guess[sample, torch.as_tensor(positions, device=device)] = drafts
+        return drafts, None
+
+    def observe(self, state: Guesses, samples: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor) -> None:
+        state.guess[samples, positions] = tokens
+
+    def observe_p(self, state: Guesses, samples: torch.Tensor, positions: torch.Tensor, p: torch.Tensor) -> None:
+        if self.use_argmax:
+            state.argmax[samples, positions] = p.argmax(-1)
+
+    def reset(self, state: Guesses, sample: int) -> None:
+        state.guess[sample] = -1
+        state.argmax[sample] = -1
+
+    def retain(self, state: Guesses, samples: list[int]) -> Guesses:
+        index = torch.as_tensor(samples, device=state.guess.device)
+        return Guesses(state.ctx, state.guess[index], state.argmax[index])

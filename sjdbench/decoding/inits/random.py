@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from sjdbench.decoding.inits.neighbours import InitContext, finish, uniform_drafts
-from sjdbench.decoding.parts import KnoblessPart
+from sjdbench.decoding.inits.neighbours import uniform_drafts, with_forced
+from sjdbench.decoding.parts import Init, InitContext
 
 
-class RandomInit(KnoblessPart):
+class RandomInit(Init):
     @classmethod
-    def lossless(cls, config) -> bool:
-        """A fresh draft carries the distribution it was drawn from as its reference (one-hot, or uniform): the
-        exact test stays exact whatever the draft."""
+    def lossless(cls, config, **children: bool) -> bool:
+        """A fresh draft carries the distribution it was drawn from as its reference (one-hot): the exact
+        test stays exact whatever the draft."""
         return True
 
-    def fill(self, positions: list[int], ctx: InitContext, generator: torch.Generator) -> torch.Tensor:
-        return finish(positions, uniform_drafts(len(positions), ctx, generator), ctx)
+    def begin(self, ctx: InitContext) -> InitContext:
+        return ctx
+
+    def fill(
+        self, state: InitContext, sample: int, positions: np.ndarray, generator: torch.Generator
+    ) -> tuple[torch.Tensor, None]:
+        return with_forced(positions, uniform_drafts(len(positions), state.legal, generator), state.forced), None

@@ -7,26 +7,23 @@ norm([p - 1/K]_+).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from sjdbench.decoding.inits.neighbours import InitContext, finish, uniform_drafts
-from sjdbench.decoding.parts import KnoblessPart
+from sjdbench.decoding.inits.random import RandomInit
+from sjdbench.decoding.parts import InitContext
 from sjdbench.decoding.processing import one_hot
 
 
-class UniformInit(KnoblessPart):
-    @classmethod
-    def lossless(cls, config) -> bool:
-        """A fresh draft carries the distribution it was drawn from as its reference (one-hot, or uniform): the
-        exact test stays exact whatever the draft."""
-        return True
-
-    def fill(self, positions: list[int], ctx: InitContext, generator: torch.Generator) -> torch.Tensor:
-        return finish(positions, uniform_drafts(len(positions), ctx, generator), ctx)
-
-    def references(self, drafts: torch.Tensor, positions: list[int], ctx: InitContext, vocab_size: int) -> torch.Tensor:
-        """(F, V): uniform over the image tokens at image positions, one-hot at forced ones."""
-        uniform = torch.zeros(vocab_size, device=drafts.device)
-        uniform[ctx.legal] = 1.0 / ctx.legal.numel()
-        forced = ctx.forced[torch.as_tensor(positions, device=drafts.device)] >= 0
-        return torch.where(forced[:, None], one_hot(drafts, vocab_size), uniform.expand(len(positions), -1))
+class UniformInit(RandomInit):
+    def fill(
+        self, state: InitContext, sample: int, positions: np.ndarray, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Drafts (F,), with references (F, V): uniform over the image tokens at image positions,
+        one-hot at forced ones."""
+        drafts, _ = super().fill(state, sample, positions, generator)
+        vocab_size = state.vocab_size
+        uniform = torch.zeros(vocab_size, dtype=state.dtype, device=drafts.device)
+        uniform[state.legal] = 1.0 / state.legal.numel()
+        forced = state.forced[torch.as_tensor(positions, device=drafts.device)] >= 0
+        return drafts, torch.where(forced[:, None], one_hot(drafts, vocab_size), uniform.expand(len(positions), -1))

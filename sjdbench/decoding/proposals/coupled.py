@@ -27,11 +27,11 @@ p(d)/q_old(d) >= tau, else draw from p.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 import torch
 
-from sjdbench.decoding.parts import Carried, PartConfig, ProposalContext
+from sjdbench.decoding.parts import Carried, PartConfig, Proposal, ProposalContext
 from sjdbench.decoding.processing import residual, sample
 from sjdbench.errors import UserError
 
@@ -43,7 +43,7 @@ class CoupledConfig(PartConfig):
     tau: Optional[float] = None  # None: maximal coupling (exact); a number: keep-if-ratio>=tau (lossy)
     reference: str = "new_p"  # new_p: q := p (exact) | old_q: a kept draft keeps q_old (released MC-SJD code)
 
-    symbols = {"tau": "τ"}
+    symbols: ClassVar[dict[str, str]] = {"tau": "τ"}
 
     def check(self) -> None:
         if self.tau is not None and self.tau < 0:
@@ -52,35 +52,29 @@ class CoupledConfig(PartConfig):
             raise UserError(f"reference '{self.reference}' is unknown; choose one of: {', '.join(REFERENCES)}")
 
 
-class CoupledProposal:
+class CoupledProposal(Proposal):
     Config = CoupledConfig
-    history_depth = 0  # iterations of probability history it reads
+    config: CoupledConfig
 
     @classmethod
-    def lossless(cls, config) -> bool:
+    def lossless(cls, config: CoupledConfig, **children: bool) -> bool:
         """Maximal coupling with q := new p is exact; a ratio threshold (tau) or the old reference is not."""
         return config.tau is None and config.reference == "new_p"
-
-    def __init__(self, tau: float | None = None, reference: str = "new_p") -> None:
-        self.tau, self.reference = tau, reference
-
-    @classmethod
-    def build(cls, config: CoupledConfig, adapter=None) -> CoupledProposal:
-        return cls(config.tau, config.reference)
 
     def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
         """p: (S, V); carried drafts (S,) with references (S, V) -> drafts (S,), references (S, V)."""
         old, old_q, has_old = carried.drafts, carried.refs, carried.has_old
         p_d = p.gather(-1, old[:, None]).squeeze(-1)  # (S,)
         q_d = old_q.gather(-1, old[:, None]).squeeze(-1)
-        u = torch.rand(p.shape[0], generator=ctx.generator, device=p.device)
-        if self.tau is None:
+        u = ctx.draws.uniform().to(p.dtype)
+        tau = self.config.tau
+        if tau is None:
             keep = (u * q_d < p_d) & has_old  # min(1, p/q) > u without a division
             fallback = torch.where(has_old[:, None], residual(p, old_q), p)
         else:
-            keep = (p_d >= self.tau * q_d) & has_old
+            keep = (p_d >= tau * q_d) & has_old
             fallback = p
-        drafts = torch.where(keep, old, sample(fallback, ctx.generator))
-        if self.reference == "old_q":
+        drafts = torch.where(keep, old, sample(fallback, ctx.draws))
+        if self.config.reference == "old_q":
             return drafts, torch.where(keep[:, None], old_q, p)
         return drafts, p

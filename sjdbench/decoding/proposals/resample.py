@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import torch
 
-from sjdbench.decoding.parts import Carried, KnoblessPart, ProposalContext
+from sjdbench.decoding.parts import Carried, NoKnobs, Proposal, ProposalContext
 from sjdbench.decoding.processing import sample
 
 
-class ResampleProposal(KnoblessPart):
-    history_depth = 0  # iterations of probability history it reads
-
+class ResampleProposal(Proposal):
     @classmethod
-    def lossless(cls, config) -> bool:
+    def lossless(cls, config: NoKnobs, **children: bool) -> bool:
         """Each draft is drawn from p and stored with q = p: the exact test stays exact."""
         return True
 
     def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
         """p: (S, V) -> drafts (S,) ~ p, references p."""
-        return sample(p, ctx.generator), p
+        return sample(p, ctx.draws), p

@@ -9,10 +9,11 @@ p. Keeping the old q breaks "draft ~ q" for the next test, so this is not exact 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from sjdbench.decoding.parts import Carried, PartConfig, ProposalContext
+from sjdbench.decoding.parts import Carried, PartConfig, Proposal, ProposalContext
 from sjdbench.decoding.processing import sample
 from sjdbench.errors import UserError
 
@@ -21,34 +22,27 @@ from sjdbench.errors import UserError
 class ReuseConfig(PartConfig):
     threshold: float = 0.5  # keep a draft (and its old q) when min(1, p/q) exceeds this
 
-    symbols = {"threshold": "θ"}
+    symbols: ClassVar[dict[str, str]] = {"threshold": "θ"}
 
     def check(self) -> None:
         if not 0 <= self.threshold <= 1:
             raise UserError(f"threshold must be in [0, 1], got {self.threshold}")
 
 
-class ReuseProposal:
+class ReuseProposal(Proposal):
     Config = ReuseConfig
-    history_depth = 0  # iterations of probability history it reads
+    config: ReuseConfig
 
     @classmethod
-    def lossless(cls, config) -> bool:
+    def lossless(cls, config: ReuseConfig, **children: bool) -> bool:
         """A reused draft keeps a reference it was not drawn from under the new context: lossy."""
         return False
-
-    def __init__(self, threshold: float = 0.5) -> None:
-        self.threshold = threshold
-
-    @classmethod
-    def build(cls, config: ReuseConfig, adapter=None) -> ReuseProposal:
-        return cls(config.threshold)
 
     def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
         """p: (S, V); carried drafts (S,) with references (S, V) -> drafts (S,) and references (S, V)."""
         old, old_q = carried.drafts, carried.refs
         p_d = p.gather(-1, old[:, None]).squeeze(-1)  # (S,)
         q_d = old_q.gather(-1, old[:, None]).squeeze(-1)
-        keep = (p_d > self.threshold * q_d) & carried.has_old  # min(1, p/q) > threshold without a division
-        drafts = torch.where(keep, old, sample(p, ctx.generator))
+        keep = (p_d > self.config.threshold * q_d) & carried.has_old  # min(1, p/q) > threshold without a division
+        drafts = torch.where(keep, old, sample(p, ctx.draws))
         return drafts, torch.where(keep[:, None], old_q, p)

@@ -17,11 +17,12 @@ mask per iteration for VP and for the statistics alike.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from sjdbench.decoding.history import ProbabilityHistory
-from sjdbench.decoding.parts import Carried, PartConfig, ProposalContext
+from sjdbench.decoding.parts import Carried, PartConfig, Proposal, ProposalContext
 from sjdbench.errors import UserError
 
 EPS = 1e-12
@@ -39,8 +40,14 @@ class VPConfig(PartConfig):
     fusion_top_k: int = 64  # fusion acts on the top-k candidates of p_t (0 = whole support)
     reference: str = "fused"  # fused: q := p' (exact) | p: q := p_t (literal reading, lossy)
 
-    symbols = {"gamma": "γ", "lam": "λ", "history": "H", "fusion_top_k": "topk", "reference": "q"}
-    subparts = {"inner": "proposal"}
+    symbols: ClassVar[dict[str, str]] = {
+        "gamma": "γ",
+        "lam": "λ",
+        "history": "H",
+        "fusion_top_k": "topk",
+        "reference": "q",
+    }
+    subparts: ClassVar[dict[str, str]] = {"inner": "proposal"}
 
     def check(self) -> None:
         if self.fusion not in FUSIONS:
@@ -63,10 +70,10 @@ class VPConfig(PartConfig):
 
 
 def ewa_reference(
-    history: ProbabilityHistory, positions: torch.Tensor, depth: int, gamma: float
+    history: ProbabilityHistory, samples: torch.Tensor, positions: torch.Tensor, depth: int, gamma: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """pbar (L, V) from the previous `depth` iterations (not the current one), and has-history (L,)."""
-    recent, valid = history.last(positions, depth + 1)  # (L, depth+1, V), newest (= current) first
+    recent, valid = history.last(samples, positions, depth + 1)  # (L, depth+1, V), newest (= current) first
     past, past_valid = recent[:, 1:], valid[:, 1:]  # (L, k, V)
     weights = gamma ** torch.arange(past.shape[1], device=past.device, dtype=past.dtype)  # gamma^(k-1)
     weights = weights[None] * past_valid  # (L, k)
@@ -99,29 +106,29 @@ def fuse(p: torch.Tensor, pbar: torch.Tensor, growth: torch.Tensor, config: VPCo
     return log_post.softmax(-1)
 
 
-class VPProposal:
+class VPProposal(Proposal):
     Config = VPConfig
+    config: VPConfig
 
     @classmethod
-    def lossless(cls, config, inner: bool = True) -> bool:
+    def lossless(cls, config: VPConfig, inner: bool = True, **children: bool) -> bool:
         """Exact when the stored reference is the distribution the draft was drawn from (the fused one, or p
         when fusion is off) and the inner proposal is exact."""
         return (config.fusion == "none" or config.reference == "fused") and inner
 
-    def __init__(self, inner, config: VPConfig) -> None:
-        self.inner = inner
-        self.config = config
-        self.history_depth = config.history + 1  # the EWA reads H past iterations plus the current one
+    def __init__(self, config: VPConfig | None = None, inner: Proposal | None = None) -> None:
+        super().__init__(config)
+        from sjdbench.decoding.proposals.resample import ResampleProposal
 
-    @classmethod
-    def build(cls, config: VPConfig, adapter=None, inner=None) -> VPProposal:
-        return cls(inner, config)
+        self.inner = inner if inner is not None else ResampleProposal()
+        self.history_depth = self.config.history + 1  # the EWA reads H past iterations plus the current one
 
     def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw with the inner rule from p' (S, V); the reference is p' (exact) or p (literal)."""
         if ctx.history is None or ctx.growth is None:
             raise ValueError("VP needs the loop's probability history and growth mask")
-        pbar, has_history = ewa_reference(ctx.history, ctx.positions, self.config.history, self.config.gamma)
-        fused = fuse(p, pbar, ctx.growth & has_history[:, None], self.config)
+        config = self.config
+        pbar, has_history = ewa_reference(ctx.history, ctx.samples, ctx.positions, config.history, config.gamma)
+        fused = fuse(p, pbar, ctx.growth & has_history[:, None], config)
         drafts, _ = self.inner.propose(fused, carried, ctx)
-        return drafts, (fused if self.config.reference == "fused" else p)
+        return drafts, (fused if config.reference == "fused" else p)

@@ -2,6 +2,11 @@
 with the causal mask. x_{n-1}, the last decided token, is re-fed so its logits give p at position n;
 every draft follows the one before it. Verification is the accepted prefix, then the residual at the
 first rejection or the bonus draw after the last slot.
+
+The verdict has a closed form: with a drafts accepted out of Q = L - 1, slots 1..a are accepted, the
+first rejected draft (or the bonus after slot L - 1) is emitted from slot a's p, every slot is this
+iteration's observation, and slots a + 1 .. L - 1 propose the next drafts, each carrying the draft
+that waits right after it. No Python loop over the window.
 """
 
 from __future__ import annotations
@@ -9,38 +14,55 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sjdbench.decoding.inits.neighbours import InitContext
-from sjdbench.decoding.parts import Init, NoKnobs
-from sjdbench.decoding.topologies.forest import ForestTopology, drafts_for
-from sjdbench.decoding.window import DecodeState, Window
+from sjdbench.decoding.parts import NoKnobs, SampleView, TestRows, Topology, Verdict, Verifier, Window
 
 
-class ChainTopology(ForestTopology):
+class ChainTopology(Topology):
     Config = NoKnobs
-    select = "first"
 
     @classmethod
-    def lossless(cls, config) -> bool:
+    def lossless(cls, config: NoKnobs, **children: bool) -> bool:
         """One chain of drafts verified left to right: SJD's window."""
         return True
 
-    @classmethod
-    def build(cls, config: NoKnobs, adapter=None) -> ChainTopology:
-        return cls()
-
-    def plan(self, state: DecodeState, window: int, init: Init, ctx: InitContext, generator: torch.Generator) -> Window:
-        n = state.frontier()
-        L = min(window, state.n_positions - n)  # slots: x_{n-1}, then drafts for positions n .. n+L-2
-        drafts = drafts_for(state, list(range(n, n + L - 1)), init, ctx, generator)
+    def plan(self, sample: SampleView, window: int) -> Window:
+        n = sample.frontier()
+        L = min(window, sample.n_positions - n)  # slots: x_{n-1}, then drafts for positions n .. n+L-2
+        nodes, filled = sample.drafts(np.arange(n, n + L - 1))
         roots = np.zeros(L, dtype=bool)
         roots[0] = True
         return Window(
-            tokens=torch.cat([state.tokens[n - 1 : n], drafts.drafts]),
+            tokens=torch.cat([sample.tokens[n - 1 : n], nodes.tokens]),
             positions=np.arange(n - 1, n - 1 + L),
             parent=np.arange(-1, L - 1),
             sibling=np.zeros(L, dtype=np.int64),
-            nodes=drafts,
+            depth=np.arange(L),
+            nodes=nodes,
             commit_root=roots,
             emits=roots.copy(),
             mask=None,
+            filled=filled,
+        )
+
+    def test_rows(self, window: Window, p: torch.Tensor, verifier: Verifier) -> TestRows:
+        return TestRows(p[: len(window) - 1], p)  # draft i (slot i + 1) is tested against slot i's p
+
+    def verify(
+        self, window: Window, p: torch.Tensor, rows: TestRows, passed: np.ndarray, verifier: Verifier
+    ) -> Verdict:
+        L = len(window)
+        Q = L - 1
+        a = int(np.argmin(passed)) if Q and not passed.all() else Q  # drafts accepted: the passing prefix
+        slots = np.arange(L)
+        sources = slots[a + 1 :]
+        carried = np.where(sources + 1 < L, sources + 1, -1)
+        return Verdict(
+            accepted=slots[1 : a + 1],
+            tested=slots[1 : min(a + 1, Q) + 1],
+            emit_slots=np.array([a]),
+            emit_base=p[a : a + 1],
+            emit_rejected=np.array([a if a < Q else -1]),
+            realized=slots,
+            sources=sources,
+            carried=carried,
         )

@@ -25,14 +25,13 @@ ZipAR: one token per row per forward, sampled from p with no drafts and no verif
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 
-from sjdbench.decoding.inits.neighbours import InitContext
-from sjdbench.decoding.parts import Init, PartConfig
-from sjdbench.decoding.topologies.forest import ForestTopology, drafts_for
-from sjdbench.decoding.window import DecodeState, Window, ancestor_mask
+from sjdbench.decoding.parts import PartConfig, SampleView, Window
+from sjdbench.decoding.topologies.forest import ForestTopology, ancestor_mask
 from sjdbench.errors import UserError
 
 EMIT = ("leading", "all")
@@ -45,7 +44,7 @@ class RowsConfig(PartConfig):
     emit: str = "leading"  # leading: only the top unfinished row emits (PJD) | all: every row does (ZipAR)
     max_rows: int = 0  # rows in flight at most (0: no cap beyond the decoder's window)
 
-    symbols = {"row_window": "w", "row_start": "s"}
+    symbols: ClassVar[dict[str, str]] = {"row_window": "w", "row_start": "s"}
 
     def check(self) -> None:
         if self.row_window < 1:
@@ -83,24 +82,27 @@ class Bands:
 
 class RowsTopology(ForestTopology):
     Config = RowsConfig
-    select = "first"
 
     @classmethod
-    def lossless(cls, config) -> bool:
+    def lossless(cls, config: RowsConfig, **children: bool) -> bool:
         """Rows below the leading one are verified against a p that lacks the cells to their upper
         right, and with `emit: all` they emit from it: no setting is exact, so rows count as lossy."""
         return False
 
-    def __init__(self, row_window: int = 8, row_start: int = 8, emit: str = "leading", max_rows: int = 0) -> None:
-        self.row_window, self.row_start, self.emit, self.max_rows = row_window, row_start, emit, max_rows
+    def __init__(self, config: RowsConfig | None = None) -> None:
+        super().__init__(config)
+        c = self.config
+        self.row_window, self.row_start, self.emit, self.max_rows = c.row_window, c.row_start, c.emit, c.max_rows
         self._bands: dict[int, Bands] = {}
 
-    @classmethod
-    def build(cls, config: RowsConfig, adapter=None) -> RowsTopology:
-        return cls(config.row_window, config.row_start, config.emit, config.max_rows)
-
-    def history_rows(self, window: int) -> int:
-        return 2 * max(window, 1)  # positions observed now, plus pending rows that sat out an iteration
+    def span(self, layout, window: int) -> int:
+        """Rows in flight keep drafts and history from the leading row's frontier to the last row's
+        drafts: at most one band per row in flight (each needs a slot), plus the row window."""
+        bands = self.bands(layout)
+        H = bands.cells.shape[0]
+        rows = min(H, max(window, 1) if not self.max_rows else min(self.max_rows, max(window, 1)))
+        band = int((bands.end - bands.start).max()) + 1
+        return min(layout.n_positions, (rows + 1) * band + self.row_window)
 
     def bands(self, layout) -> Bands:
         key = id(layout)
@@ -108,9 +110,9 @@ class RowsTopology(ForestTopology):
             self._bands[key] = Bands.of(layout)
         return self._bands[key]
 
-    def plan(self, state: DecodeState, window: int, init: Init, ctx: InitContext, generator: torch.Generator) -> Window:
-        bands = self.bands(state.layout)
-        decided, cached = state.decided, state.cached
+    def plan(self, sample: SampleView, window: int) -> Window:
+        bands = self.bands(sample.layout)
+        decided, cached = sample.decided.copy(), sample.cached  # the plan decides anchors on its copy
         H, width = bands.cells.shape
         done_cells = decided[bands.cells].sum(1)  # (H,) decided image tokens per row (a prefix of the row)
         frontier = [
@@ -123,11 +125,12 @@ class RowsTopology(ForestTopology):
         chains, budget = [], window  # (root position, root token, commit root, drafts' positions, emits)
         decided_now: list[int] = []
         in_flight = 0  # rows with a chain that predicts (not counting roots that only enter the cache)
+        tokens = sample.tokens
         for r in range(H):  # a decided token not yet cached whose row gets no chain now: cache it (one slot)
             last = frontier[r] - 1
             waiting = last >= bands.start[r] and decided[last] and not cached[last]
             if waiting and (complete[r] or r < leading) and budget > 0:
-                chains.append((last, state.tokens[last : last + 1], True, [], False))
+                chains.append((last, tokens[last : last + 1], True, [], False))
                 budget -= 1
         for r in range(leading, H):
             if budget < 1 or (self.max_rows and len(chains) >= self.max_rows):
@@ -143,45 +146,45 @@ class RowsTopology(ForestTopology):
             slots = min(self.row_window, limit - f, budget)
             if slots < 1:
                 if decided[f - 1] and not cached[f - 1] and f - 1 >= bands.start[r] and budget > 0:
-                    chains.append((f - 1, state.tokens[f - 1 : f], True, [], False))  # cache it, predict nothing
+                    chains.append((f - 1, tokens[f - 1 : f], True, [], False))  # cache it, predict nothing
                     budget -= 1
                 continue
             budget -= slots
             root = f - 1
             if decided[root]:
-                token, commit = state.tokens[root : root + 1], not cached[root]
+                token, commit = tokens[root : root + 1], not cached[root]
             elif bands.anchor_forced[r]:  # the row end before this row: known, decided and cached now
-                state.tokens[root] = state.forced[root]
                 decided[root] = True
                 decided_now.append(root)
-                token, commit = state.tokens[root : root + 1], True
+                token, commit = sample.forced[root : root + 1], True
             else:  # no row end token: re-feed the latest decided token of the row above, never cached
                 latest = frontier[r - 1] - 1
-                token, commit = state.tokens[latest : latest + 1], False
+                token, commit = tokens[latest : latest + 1], False
             chains.append((root, token, commit, list(range(f, f + slots - 1)), r == leading or self.emit == "all"))
             in_flight += 1
 
-        wanted = sorted(p for *_, positions, _ in chains for p in positions)
-        drafts_for(state, wanted, init, ctx, generator)  # one init call for every row's new drafts
-        parent, positions, tokens, node_positions = [], [], [], []
-        commit_root, emits, hidden, shared = [], [], [], []
+        wanted = np.array(sorted(p for *_, positions, _ in chains for p in positions), dtype=np.int64)
+        drafts, filled = sample.drafts(wanted)  # one init call for every row's new drafts
+        parent, positions, slot_tokens, node_positions = [], [], [], []
+        commit_root, emits, hidden, shared, depth = [], [], [], [], []
         for root, token, commit, chain, emitting in chains:
             base = len(parent)
-            parent += [-1] + list(range(base, base + len(chain)))
-            positions += [root] + chain
-            tokens.append(token)
+            parent += [-1, *range(base, base + len(chain))]
+            positions += [root, *chain]
+            depth += list(range(len(chain) + 1))
+            slot_tokens.append(token)
             node_positions += chain
             commit_root += [commit] + [False] * len(chain)
             emits += [emitting] + [False] * len(chain)
             hidden += [bool(cached[root])] + [False] * len(chain)
             shared += [bool(decided[root] and not cached[root])] + [False] * len(chain)
-        nodes = state.pending.gather(state.pending.index_of(node_positions))
-        slot_tokens = torch.cat(list(tokens))
+        nodes = drafts.select(np.searchsorted(drafts.positions, np.array(node_positions, dtype=np.int64)))
+        roots_tokens = torch.cat(slot_tokens)
         parent_arr = np.array(parent, dtype=np.int64)
-        drafts = torch.as_tensor(np.flatnonzero(parent_arr >= 0), device=slot_tokens.device)
-        full = torch.zeros(len(parent), dtype=torch.long, device=slot_tokens.device)
-        full[torch.as_tensor(np.flatnonzero(parent_arr < 0), device=full.device)] = slot_tokens
-        full[drafts] = nodes.drafts
+        device = roots_tokens.device
+        full = torch.zeros(len(parent), dtype=torch.long, device=device)
+        full[torch.as_tensor(np.flatnonzero(parent_arr < 0), device=device)] = roots_tokens
+        full[torch.as_tensor(np.flatnonzero(parent_arr >= 0), device=device)] = nodes.tokens
         pos = np.array(positions, dtype=np.int64)
         mask = ancestor_mask(parent_arr, np.array(hidden, dtype=bool))
         if any(shared):  # decided tokens entering the cache now are context for every later slot
@@ -192,10 +195,12 @@ class RowsTopology(ForestTopology):
             positions=pos,
             parent=parent_arr,
             sibling=np.zeros(len(parent), dtype=np.int64),
+            depth=np.array(depth, dtype=np.int64),
             nodes=nodes,
             commit_root=np.array(commit_root, dtype=bool),
             emits=np.array(emits, dtype=bool),
-            mask=torch.from_numpy(mask).to(full.device),
-            decided_now=decided_now,
+            mask=torch.from_numpy(mask).to(device),
+            filled=filled,
+            decided=np.array(decided_now, dtype=np.int64),
             in_flight=max(in_flight, 1),
         )

@@ -13,20 +13,25 @@ siblings costs no forward.
 Verification is recursive rejection sampling over siblings (forest.py), exact with `select: first`.
 `select: longest` is the released code's reading (the longest accepted path), kept to measure it:
 it is not exact. Defaults K = 3, D = 3 are the released code's (its README says K = 4).
+
+The tree's shape depends only on the branching widths and the main path's length, so it is built
+once per shape (parents, siblings, depths, the ancestor mask) and reused.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 
-from sjdbench.decoding.inits.neighbours import InitContext
-from sjdbench.decoding.parts import Init, PartConfig
+from sjdbench.decoding.parts import PartConfig, SampleView, Window
 from sjdbench.decoding.processing import sample
-from sjdbench.decoding.topologies.forest import SELECT, ForestTopology, drafts_for
-from sjdbench.decoding.window import DecodeState, Window, WindowState, ancestor_mask
+from sjdbench.decoding.randomness import Draws
+from sjdbench.decoding.state import Drafts
+from sjdbench.decoding.topologies.forest import SELECT, ForestTopology, ancestor_mask
 from sjdbench.errors import UserError
 
 
@@ -36,7 +41,7 @@ class TreeConfig(PartConfig):
     depth: int = 3  # D: levels of the full K-ary tree, the root included (depths 1..D-1 branch)
     select: str = "first"  # first: recursive rejection sampling (exact) | longest: longest accepted path (not exact)
 
-    symbols = {"width": "K", "depth": "D"}
+    symbols: ClassVar[dict[str, str]] = {"width": "K", "depth": "D"}
 
     def check(self) -> None:
         if self.width < 1:
@@ -47,7 +52,7 @@ class TreeConfig(PartConfig):
             raise UserError(f"select '{self.select}' is unknown; choose one of: {', '.join(SELECT)}")
 
 
-def tree_size(widths: list[int]) -> int:
+def tree_size(widths: list[int] | tuple[int, ...]) -> int:
     """Slots of a full tree whose level d has widths[d-1] children per parent (the root included)."""
     total, level = 1, 1
     for k in widths:
@@ -56,102 +61,131 @@ def tree_size(widths: list[int]) -> int:
     return total
 
 
+@dataclass(frozen=True)
+class Shape:
+    """One tree shape: per slot its parent, sibling index and depth, and where its draft comes from
+    (entry: index into main path drafts + extra siblings, see `_siblings`)."""
+
+    parent: np.ndarray
+    sibling: np.ndarray
+    depth: np.ndarray
+    entry: np.ndarray  # (L - 1,) per draft slot
+    mask: np.ndarray | None  # (L, L) ancestor mask; None when the tree is a chain
+
+
+@functools.lru_cache(maxsize=256)
+def tree_shape(widths: tuple[int, ...], main_len: int) -> Shape:
+    levels = [d for d, k_d in enumerate(widths, start=1) if k_d > 1]
+    extra_at, count = {}, 0  # (depth, k) -> index among the extra siblings, in the order they are drawn
+    for k in range(1, max(widths, default=1)):
+        for d in levels:
+            if widths[d - 1] > k:
+                extra_at[(d, k)] = count
+                count += 1
+    parent, sibling, depth, entry = [-1], [0], [0], []
+    level = [0]
+    for d, k_d in enumerate(widths, start=1):
+        next_level = []
+        for par in level:
+            for k in range(k_d):
+                parent.append(par), sibling.append(k), depth.append(d)
+                entry.append(d - 1 if k == 0 else main_len - 1 + extra_at[(d, k)])
+                next_level.append(len(parent) - 1)
+        level = next_level
+    last = level[0]  # the first-child path's slot at the tree's deepest level
+    for d in range(len(widths) + 1, main_len):
+        parent.append(last), sibling.append(0), depth.append(d), entry.append(d - 1)
+        last = len(parent) - 1
+    parent_ = np.array(parent, dtype=np.int64)
+    chain = all(k == 1 for k in widths)
+    as_array = lambda xs: np.array(xs, dtype=np.int64)  # noqa: E731
+    return Shape(
+        parent_, as_array(sibling), as_array(depth), as_array(entry), None if chain else ancestor_mask(parent_)
+    )
+
+
 class TreeTopology(ForestTopology):
     Config = TreeConfig
 
     @classmethod
-    def lossless(cls, config) -> bool:
+    def lossless(cls, config: TreeConfig, **children: bool) -> bool:
         """Recursive rejection sampling over siblings, taking the first accepted one, is exact; choosing the
         longest accepted path is not (the exactness suite rejects it)."""
         return config.select == "first"
 
-    def __init__(self, width: int = 3, depth: int = 3, select: str = "first") -> None:
-        self.width, self.depth, self.select = width, depth, select
-
-    @classmethod
-    def build(cls, config: TreeConfig, adapter=None) -> TreeTopology:
-        return cls(config.width, config.depth, config.select)
+    def __init__(self, config: TreeConfig | None = None) -> None:
+        super().__init__(config)
+        self.width, self.depth, self.select = self.config.width, self.config.depth, self.config.select
+        self._masks: dict[tuple, torch.Tensor] = {}  # the shapes' masks on the device
 
     def siblings(self) -> int:
         return self.width
 
-    def plan(self, state: DecodeState, window: int, init: Init, ctx: InitContext, generator: torch.Generator) -> Window:
-        n, N = state.frontier(), state.n_positions
+    def plan(self, sample: SampleView, window: int) -> Window:
+        n, N = sample.frontier(), sample.n_positions
         deepest = N - n - 1  # a slot at depth d predicts position n + d
-        n_legal = int(ctx.legal.numel())
-        forced = state.layout.forced
-        widths = [
-            1 if int(forced[n - 1 + d]) >= 0 else min(self.width, n_legal)
-            for d in range(1, min(self.depth - 1, deepest) + 1)
-        ]
+        n_legal = int(sample.legal.numel())
+        forced = sample.layout.forced[n : n - 1 + min(self.depth - 1, deepest) + 1].tolist()
+        widths = [1 if f >= 0 else min(self.width, n_legal) for f in forced]
         while widths and tree_size(widths) > window:  # the full tree must fit in the window
             widths.pop()
         main_len = min(len(widths) + 1 + window - tree_size(widths), deepest + 1)  # slots on the first-child path
-        main = drafts_for(state, list(range(n, n + main_len - 1)), init, ctx, generator)  # depths 1 .. main_len-1
-        extra, extra_at = self._siblings(main, widths, ctx, generator)
-        candidates = main.concat(extra) if len(extra) else main
-
-        parent, sibling, depth, entry = [-1], [0], [0], [-1]
-        level = [0]
-        for d, k_d in enumerate(widths, start=1):
-            next_level = []
-            for par in level:
-                for k in range(k_d):
-                    parent.append(par), sibling.append(k), depth.append(d)
-                    entry.append(d - 1 if k == 0 else extra_at[(d, k)])
-                    next_level.append(len(parent) - 1)
-            level = next_level
-        last = level[0]  # the first-child path's slot at the tree's deepest level
-        for d in range(len(widths) + 1, main_len):
-            parent.append(last), sibling.append(0), depth.append(d), entry.append(d - 1)
-            last = len(parent) - 1
-
-        parent = np.array(parent, dtype=np.int64)
-        nodes = candidates.gather(np.array(entry[1:], dtype=np.int64))
-        chain = all(k == 1 for k in widths)
-        L = parent.size
+        main, filled = sample.drafts(np.arange(n, n + main_len - 1))  # depths 1 .. main_len-1
+        shape = tree_shape(tuple(widths), main_len)
+        extra = self._siblings(main, widths, sample.legal, sample.generator)
+        nodes = Drafts.cat([main, extra]).select(shape.entry)
+        L = shape.parent.size
         roots = np.zeros(L, dtype=bool)
         roots[0] = True
         return Window(
-            tokens=torch.cat([state.tokens[n - 1 : n], nodes.drafts]),
-            positions=n - 1 + np.array(depth, dtype=np.int64),
-            parent=parent,
-            sibling=np.array(sibling, dtype=np.int64),
+            tokens=torch.cat([sample.tokens[n - 1 : n], nodes.tokens]),
+            positions=n - 1 + shape.depth,
+            parent=shape.parent,
+            sibling=shape.sibling,
+            depth=shape.depth,
             nodes=nodes,
             commit_root=roots,
             emits=roots.copy(),
-            mask=None if chain else torch.from_numpy(ancestor_mask(parent)).to(state.tokens.device),
+            mask=self._device_mask((tuple(widths), main_len), shape, sample.tokens.device),
+            filled=filled,
         )
 
+    def _device_mask(self, key: tuple, shape: Shape, device: torch.device) -> torch.Tensor | None:
+        if shape.mask is None:
+            return None
+        key = (*key, str(device))
+        if key not in self._masks:
+            self._masks[key] = torch.from_numpy(shape.mask).to(device)
+        return self._masks[key]
+
     @staticmethod
-    def _siblings(
-        main: WindowState, widths: list[int], ctx: InitContext, generator: torch.Generator
-    ) -> tuple[WindowState, dict]:
+    def _siblings(main: Drafts, widths: list[int], legal: torch.Tensor, generator: torch.Generator) -> Drafts:
         """Siblings 1..K_d-1 of each branching level, drawn without replacement from the reference q
-        of sibling 0 (uniform over the untaken image tokens once q has no mass left); and where each
-        (depth, k) landed in the returned state."""
+        of sibling 0 (uniform over the untaken image tokens once q has no mass left), in the order
+        `tree_shape` expects: by k, then by depth."""
         levels = [d for d, k_d in enumerate(widths, start=1) if k_d > 1]
         if not levels:
-            return main.head(0), {}
-        rows = torch.as_tensor([d - 1 for d in levels], device=main.drafts.device)
+            return main.select(np.zeros(0, dtype=np.int64))
+        device = main.tokens.device
+        rows = torch.as_tensor([d - 1 for d in levels], device=device)
         q = main.refs[rows]  # (B, V)
         uniform = torch.zeros_like(q[0])
-        uniform[ctx.legal] = 1.0
-        taken = torch.zeros_like(q, dtype=torch.bool).scatter_(-1, main.drafts[rows][:, None], True)  # (B, V)
-        tokens, refs, positions, fresh, where = [], [], [], [], {}
+        uniform[legal] = 1.0
+        taken = torch.zeros_like(q, dtype=torch.bool).scatter_(-1, main.tokens[rows][:, None], True)  # (B, V)
+        tokens, refs, positions, fresh = [], [], [], []
         for k in range(1, max(widths)):
             active = [i for i, d in enumerate(levels) if widths[d - 1] > k]
-            idx = torch.as_tensor(active, device=q.device)
+            idx = torch.as_tensor(active, device=device)
             left = q[idx].masked_fill(taken[idx], 0.0)
             mass = left.sum(-1, keepdim=True)
             spare = uniform.expand_as(left).masked_fill(taken[idx], 0.0)
             dist = torch.where(mass > 1e-12, left / mass.clamp_min(1e-30), spare / spare.sum(-1, keepdim=True))
-            drawn = sample(dist, generator)  # (b,)
+            drawn = sample(dist, Draws.single(generator, len(active), device))  # (b,)
             taken[idx, drawn] = True
-            for _j, i in enumerate(active):
-                where[(levels[i], k)] = len(main) + len(positions)
-                positions.append(int(main.positions[levels[i] - 1]))
-                fresh.append(bool(main.fresh[levels[i] - 1]))  # q one-hot: the sibling is a uniform draw
+            at = np.array([levels[i] - 1 for i in active])
+            positions.append(main.positions[at])
+            fresh.append(main.fresh[at])  # q one-hot: the sibling is a uniform draw
             tokens.append(drawn)
             refs.append(dist)
-        return WindowState.drawn(torch.cat(tokens), torch.cat(refs), np.array(positions), np.array(fresh)), where
+        no = torch.zeros(sum(len(t) for t in tokens), dtype=torch.bool, device=device)
+        return Drafts(np.concatenate(positions), torch.cat(tokens), torch.cat(refs), np.concatenate(fresh), no, no)

@@ -7,23 +7,21 @@ from __future__ import annotations
 
 import torch
 
-from sjdbench.decoding.parts import KnoblessPart
+from sjdbench.decoding.parts import NoKnobs, Verifier
 from sjdbench.decoding.processing import residual
 
 
-class ExactVerifier(KnoblessPart):
-    greedy = False
-
+class ExactVerifier(Verifier):
     @classmethod
-    def lossless(cls, config) -> bool:
+    def lossless(cls, config: NoKnobs, **children: bool) -> bool:
         """Modified rejection sampling: accepted or residual, the token is distributed as p."""
         return True
 
     def accept(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """p, q: (L, V); drafts, u: (L,) -> (L,) bool. u*q(d) < p(d) is min(1, p/q) > u without a division."""
+        """p, q: (T, V); drafts, u: (T,) -> (T,) bool. u*q(d) < p(d) is min(1, p/q) > u without a division."""
         p_d = p.gather(-1, drafts[:, None]).squeeze(-1)
         q_d = q.gather(-1, drafts[:, None]).squeeze(-1)
-        return u * q_d < p_d
+        return u.to(p.dtype) * q_d < p_d
 
-    def replacement(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+    def replacement(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
         return residual(p, q)

@@ -7,20 +7,20 @@ from __future__ import annotations
 
 import torch
 
-from sjdbench.decoding.parts import KnoblessPart
+from sjdbench.decoding.parts import NoKnobs, Verifier
 from sjdbench.decoding.processing import one_hot
 
 
-class GreedyVerifier(KnoblessPart):
+class GreedyVerifier(Verifier):
     greedy = True
 
     @classmethod
-    def lossless(cls, config) -> bool:
+    def lossless(cls, config: NoKnobs, **children: bool) -> bool:
         """Accepts exactly the argmax tokens: greedy AR, token for token."""
         return True
 
     def accept(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return drafts == p.argmax(-1)
 
-    def replacement(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
-        return one_hot(p.argmax(-1), p.shape[-1])
+    def replacement(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+        return one_hot(p.argmax(-1), p.shape[-1], p.dtype)

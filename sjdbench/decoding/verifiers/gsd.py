@@ -31,11 +31,11 @@ universal value would silently form no groups on a model whose codes lie farther
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, ClassVar, Optional
 
 import torch
 
-from sjdbench.decoding.parts import PartConfig
+from sjdbench.decoding.parts import PartConfig, Verifier
 from sjdbench.decoding.processing import residual
 from sjdbench.errors import UserError
 
@@ -53,7 +53,7 @@ class GSDConfig(PartConfig):
     p_thr: float = 0.15
     d_thr: Optional[float] = None  # null: the model's value (adapter.gsd_d_thr)
 
-    symbols = {"group_size": "G"}
+    symbols: ClassVar[dict[str, str]] = {"group_size": "G"}
 
     def check(self) -> None:
         if self.reading not in READINGS:
@@ -69,11 +69,11 @@ class GSDConfig(PartConfig):
         return {"group_size"} if self.reading == "official" else set()
 
 
-def model_d_thr(config: GSDConfig, adapter) -> float:
-    """The threshold in use: the config's, else the model's, else the paper's 0.5."""
+def model_d_thr(config: GSDConfig, adapter: Any) -> float:
+    """The threshold in use: the config's, else the model's (in its embeddings' units)."""
     if config.d_thr is not None:
         return float(config.d_thr)
-    return float(getattr(adapter, "gsd_d_thr", PAPER_D_THR))
+    return float(adapter.gsd_d_thr)
 
 
 @dataclass
@@ -85,34 +85,32 @@ class Groups:
     plain: torch.Tensor  # (L,) bool: no group; the plain min(1, p/q) test decides
 
 
-class GSDVerifier:
+class GSDVerifier(Verifier):
     Config = GSDConfig
-    greedy = False
+    config: GSDConfig
 
     @classmethod
-    def lossless(cls, config) -> bool:
+    def lossless(cls, config: GSDConfig, **children: bool) -> bool:
         """Grouped acceptance: lossy by design."""
         return False
 
     def __init__(
-        self,
-        embeddings: torch.Tensor,
-        group_size: int,
-        p_thr: float,
-        d_thr: float,
-        reading: str = "official",
-        id_limit: int = OFFICIAL_ID_LIMIT,
+        self, config: GSDConfig, embeddings: torch.Tensor, d_thr: float | None = None, id_limit: int = OFFICIAL_ID_LIMIT
     ) -> None:
+        """embeddings (V, D): the model's input embedding of every token id; d_thr: the threshold in
+        their units (the config's, else this, else the paper's 0.5)."""
+        super().__init__(config)
         self.embeddings = embeddings.float()  # (V, D)
-        self.group_size, self.p_thr, self.d_thr = group_size, p_thr, d_thr
-        self.reading, self.id_limit = reading, id_limit
+        self.group_size, self.p_thr, self.reading = config.group_size, config.p_thr, config.reading
+        self.d_thr = float(config.d_thr if config.d_thr is not None else (d_thr if d_thr is not None else PAPER_D_THR))
+        self.id_limit = id_limit
 
     @classmethod
-    def build(cls, config: GSDConfig, adapter) -> GSDVerifier:
-        embeddings = adapter.token_embeddings().to(adapter.device)
-        return cls(embeddings, config.group_size, config.p_thr, model_d_thr(config, adapter), config.reading)
+    def build(cls, config: GSDConfig, model: Any = None, **children: Any) -> GSDVerifier:
+        embeddings = model.token_embeddings().to(model.device)
+        return cls(config, embeddings, model_d_thr(config, model))
 
-    def resolved(self) -> dict:
+    def resolved(self) -> dict[str, Any]:
         """Settings decided at build time, recorded in env.json."""
         return {"gsd_d_thr": self.d_thr}
 
@@ -176,7 +174,7 @@ class GSDVerifier:
         q_d = q.gather(-1, drafts[:, None]).squeeze(-1)
         p_sum = torch.where(groups.plain, p_d, p_sum)
         q_sum = torch.where(groups.plain, q_d, q_sum)
-        return u * q_sum < p_sum
+        return u.to(p.dtype) * q_sum < p_sum
 
-    def replacement(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+    def replacement(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
         return residual(p, q)

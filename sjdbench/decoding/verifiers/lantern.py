@@ -42,11 +42,11 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
-from sjdbench.decoding.parts import PartConfig
+from sjdbench.decoding.parts import PartConfig, Verifier
 from sjdbench.decoding.processing import residual
 from sjdbench.errors import UserError
 
@@ -133,39 +133,34 @@ def neighbour_table(codebook: torch.Tensor, k: int, cache_dir: Path | None = Non
     return table
 
 
-class LanternVerifier:
+class LanternVerifier(Verifier):
     Config = LanternConfig
-    greedy = False
+    config: LanternConfig
 
     @classmethod
-    def lossless(cls, config) -> bool:
+    def lossless(cls, config: LanternConfig, **children: bool) -> bool:
         """Relaxed acceptance over latent neighbours: lossy by design (its shift is bounded, not zero)."""
         return False
 
     def __init__(
-        self,
-        neighbours: torch.Tensor,
-        image_token_ids: torch.Tensor,
-        vocab_size: int,
-        delta: float,
-        reading: str = "official_llamagen",
-        k: int | None = None,
+        self, config: LanternConfig, neighbours: torch.Tensor, image_token_ids: torch.Tensor, vocab_size: int
     ) -> None:
         """neighbours: (K, >= k) code ids nearest first; the official readings zero k + 1 of them."""
+        super().__init__(config)
         device = image_token_ids.device
-        self.delta, self.reading = delta, reading
-        self.k = min(k if k is not None else neighbours.shape[1], neighbours.shape[1])
+        self.delta, self.reading = config.delta, config.reading
+        self.k = min(config.k, neighbours.shape[1])
         self.neighbour_tokens = image_token_ids[neighbours.long().to(device)]  # (K, >= k) token ids
         self.code_of = torch.full((vocab_size,), -1, dtype=torch.long, device=device)
         self.code_of[image_token_ids] = torch.arange(image_token_ids.numel(), device=device)
         self.image_token_ids = image_token_ids
 
     @classmethod
-    def build(cls, config: LanternConfig, adapter) -> LanternVerifier:
+    def build(cls, config: LanternConfig, model: Any = None, **children: Any) -> LanternVerifier:
         from sjdbench.paths import cache_dir
 
-        table = neighbour_table(adapter.codebook(), config.k + 1, cache_dir(), adapter.name)
-        return cls(table, adapter.image_token_ids, adapter.vocab_size, config.delta, config.reading, config.k)
+        table = neighbour_table(model.codebook(), config.k + 1, cache_dir(), model.name)
+        return cls(config, table, model.image_token_ids, model.vocab_size)
 
     def moved_mass(self, p: torch.Tensor, drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(L,) mass moved onto each draft, and (L, k) the neighbours in A (ids, -1 where excluded)."""
@@ -183,35 +178,37 @@ class LanternVerifier:
         moved, _ = self.moved_mass(p, drafts)
         relaxed = p.gather(-1, drafts[:, None]).squeeze(-1) + moved
         q_d = q.gather(-1, drafts[:, None]).squeeze(-1)
+        u = u.to(p.dtype)
         if self.reading in OFFICIAL:  # r <= p~/q, and a draft with q(x) <= 0 is never accepted
             return (q_d > 0) & (u * q_d <= relaxed)
         return u * q_d < relaxed
 
-    def zeroed(self, p: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
-        """(V,) bool: the tokens the reading zeroes after rejecting `draft` (p: (V,)); sync-free."""
-        _, included = self.moved_mass(p[None], draft[None])
-        included = included[0] >= 0  # (k,) A
-        code = self.code_of[draft]
+    def zeroed(self, p: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+        """(E, V) bool: the tokens the reading zeroes after rejecting each draft (E,) (p: (E, V)); sync-free."""
+        _, included = self.moved_mass(p, drafts)
+        included = included >= 0  # (E, k) A
+        codes = self.code_of[drafts]  # (E,)
         width = min(self.k + 1, self.neighbour_tokens.shape[1])
-        nbrs = self.neighbour_tokens[code.clamp_min(0), :width]  # (k+1,) nearest first
+        nbrs = self.neighbour_tokens[codes.clamp_min(0), :width]  # (E, k+1) nearest first
         if self.reading == "ours_moved":
-            mask = torch.cat([included, included.new_zeros(width - self.k)])
+            mask = torch.cat([included, included.new_zeros(included.shape[0], width - self.k)], dim=-1)
         elif self.reading == "ours_all":
-            mask = (torch.arange(width, device=p.device) < self.k) & (code >= 0)
+            mask = (torch.arange(width, device=p.device) < self.k)[None] & (codes >= 0)[:, None]
         else:  # official: all k + 1, and only when the moved set is non-empty
-            mask = ((code >= 0) & included.any()).expand(width)
-        return torch.zeros(p.shape[-1], dtype=torch.bool, device=p.device).scatter(0, nbrs, mask)
+            mask = ((codes >= 0) & included.any(-1))[:, None].expand(-1, width)
+        return torch.zeros(p.shape, dtype=torch.bool, device=p.device).scatter(-1, nbrs, mask)
 
-    def replacement(self, p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
-        """(V,) distribution of the token emitted where `draft` was rejected (p, q: (V,))."""
-        zeroed = self.zeroed(p, draft)
+    def replacement(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+        """(E, V) distribution of the token emitted where each draft (E,) was rejected (p, q: (E, V))."""
+        zeroed = self.zeroed(p, drafts)
         if self.reading not in OFFICIAL:
             return residual(p, q.masked_fill(zeroed, 0.0))
         if self.reading == "official_lumina":
             res = (p.masked_fill(zeroed, 0.0) - q).clamp_min(0)
         else:
             res = (p - q.masked_fill(zeroed, 0.0)).clamp_min(0)
-        total = res.sum()
-        uniform = torch.zeros_like(p).index_fill_(0, self.image_token_ids, 1.0 / self.image_token_ids.numel())
+        total = res.sum(-1, keepdim=True)
+        uniform = torch.zeros_like(p[0]).index_fill_(0, self.image_token_ids, 1.0 / self.image_token_ids.numel())
         emitted = torch.where(total > 0, res / total.clamp_min(1e-30), uniform)  # all-zero residual: uniform
-        return torch.where(q[draft] <= 0, p, emitted)  # the released loop skips a draft with q(x) <= 0
+        q_d = q.gather(-1, drafts[:, None])  # (E, 1)
+        return torch.where(q_d <= 0, p, emitted)  # the released loop skips a draft with q(x) <= 0
