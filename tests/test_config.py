@@ -199,7 +199,7 @@ THROWAWAY = '''
 """A throwaway verifier for a test: accept a draft iff p(d) >= threshold."""
 from dataclasses import dataclass
 
-from sjdbench.decoding.parts import PartConfig
+from sjdbench.decoding.parts import PartConfig, Verifier
 from sjdbench.decoding.processing import residual
 from sjdbench.errors import UserError
 
@@ -213,21 +213,13 @@ class ThresholdConfig(PartConfig):
             raise UserError(f"threshold must be in [0, 1], got {self.threshold}")
 
 
-class ThresholdVerifier:
+class ThresholdVerifier(Verifier):
     Config = ThresholdConfig
-    greedy = False
-
-    def __init__(self, threshold):
-        self.threshold = threshold
-
-    @classmethod
-    def build(cls, config, adapter=None):
-        return cls(config.threshold)
 
     def accept(self, p, q, drafts, u):
-        return p.gather(-1, drafts[:, None]).squeeze(-1) >= self.threshold
+        return p.gather(-1, drafts[:, None]).squeeze(-1) >= self.config.threshold
 
-    def replacement(self, p, q, draft):
+    def replacement(self, p, q, drafts):
         return residual(p, q)
 '''
 

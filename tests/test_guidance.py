@@ -18,7 +18,7 @@ from sjdbench.adapter import GUIDANCE, Sampling
 from sjdbench.config import SamplingOverrides
 from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.decoding.processing import cfg_mix, process_logits
-from sjdbench.runner import resolve_sampling
+from sjdbench.run.runner import resolve_sampling
 
 RULES = {"llamagen": "above_one", "lumina": "always", "janus": "always", "emu3": "always"}
 

@@ -201,12 +201,15 @@ def released_decision(case: Case, u_node: torch.Tensor) -> Released:
 def our_verify(topology: TreeTopology, window: Window, p: torch.Tensor, seed: int):
     """Our verification of one window as the loop runs it: (verdict, emitted token, the emission
     distribution it was drawn from)."""
-    (verdict,), emitted, _ = verify_windows(topology, ExactVerifier(), [window], p[None], window.nodes,
-                                            [torch.Generator().manual_seed(seed)])
+    (verdict,), emitted, _ = verify_windows(
+        topology, ExactVerifier(), [window], p[None], window.nodes, [torch.Generator().manual_seed(seed)]
+    )
     base, rejected = verdict.emit_base, verdict.emit_rejected
     if rejected[0] >= 0:
         node = int(rejected[0])
-        base = ExactVerifier().replacement(base, window.nodes.refs[node : node + 1], window.nodes.tokens[node : node + 1])
+        base = ExactVerifier().replacement(
+            base, window.nodes.refs[node : node + 1], window.nodes.tokens[node : node + 1]
+        )
     return verdict, emitted, base[0]
 
 
@@ -215,8 +218,18 @@ def make_window(tokens, positions, parent, sibling, refs) -> Window:
     nodes = Drafts.made(np.asarray(positions[1:], dtype=np.int64), tokens[1:], refs[1:], refs.shape[-1], fresh=False)
     roots = np.zeros(L, dtype=bool)
     roots[0] = True
-    return Window(tokens, np.asarray(positions, dtype=np.int64), parent, sibling, np.asarray(positions, dtype=np.int64),
-                  nodes, roots, roots.copy(), torch.from_numpy(ancestor_mask(parent)), nodes.select(np.zeros(0, dtype=np.int64)))
+    return Window(
+        tokens,
+        np.asarray(positions, dtype=np.int64),
+        parent,
+        sibling,
+        np.asarray(positions, dtype=np.int64),
+        nodes,
+        roots,
+        roots.copy(),
+        torch.from_numpy(ancestor_mask(parent)),
+        nodes.select(np.zeros(0, dtype=np.int64)),
+    )
 
 
 def window_of(case: Case) -> Window:

@@ -289,7 +289,7 @@ def star(p_tokens: list[int], q_tokens: list[int], V: int = 8) -> tuple[Window, 
 
 def verify(topology, window: Window, p: torch.Tensor, seed: int):
     """One window's verdict and emitted token, as the loop makes them."""
-    (verdict,), emitted = verify_windows(
+    (verdict,), emitted, _ = verify_windows(
         topology, ExactVerifier(), [window], p[None], window.nodes, [torch.Generator().manual_seed(seed)]
     )
     return verdict, emitted

@@ -561,8 +561,12 @@ def verify_windows(
         flags = verifier.accept(test_p, nodes.refs, nodes.tokens, u)
         fails = [r.fails if r.fails is not None else torch.zeros_like(flags[:0]) for r in rows]
         if any(r.fails is not None for r in rows):
-            flags = flags & ~torch.cat([f if len(f) else torch.zeros(len(w.nodes), dtype=torch.bool, device=device)
-                                        for f, w in zip(fails, windows)])
+            flags = flags & ~torch.cat(
+                [
+                    f if len(f) else torch.zeros(len(w.nodes), dtype=torch.bool, device=device)
+                    for f, w in zip(fails, windows)
+                ]
+            )
         host = torch.cat([flags, carry]).cpu().numpy()  # the one host sync per iteration
         passed = np.split(host[: flags.shape[0]], np.cumsum(counts)[:-1])
         carried = host[flags.shape[0] :]
