@@ -14,11 +14,12 @@ if TYPE_CHECKING:  # the command line imports nothing heavy until a command runs
 LEGEND = (
     "step x = AR tokens / NFE; accept = accepted / verified drafts (acc.old: without fresh init drafts); "
     "len = tokens per iteration; growth = accepted drafts that rose N iterations running; "
-    "sec = latency per image (! = some timed on a busy machine)"
+    "sec = latency per image (! = some timed on a busy machine; '-' in a batch, where a sample's own time "
+    "means nothing); B = batch size; img/s = images per decoding second"
 )
 SPEED_LEGEND = (
     "; vs AR = AR latency / latency, geometric mean over the N paired prompts [95 % bootstrap CI] "
-    "(~ = not timed side by side with AR)"
+    "(batched: img/s / AR's img/s at the same B) (~ = not timed side by side with AR)"
 )
 COLUMNS = [
     ("decoder", "decoder", 0),
@@ -31,6 +32,8 @@ COLUMNS = [
     ("len", "mean_accepted_length", 2),
     ("growth", "growth_share", 2),
     ("sec", "latency_s_mean", 3),
+    ("B", "batch_size", 0),
+    ("img/s", "images_per_s", 2),
 ]
 
 
@@ -65,7 +68,7 @@ def summary_table(
     for summary in summaries:
         cells = [_fmt(summary.get(key), digits) for _, key, digits in COLUMNS]
         if summary.get("busy_samples"):
-            cells[-1] += "!"
+            cells[COLUMNS.index(("sec", "latency_s_mean", 3))] += "!"
         if speedups is not None:
             run_id = summary.get("run_id")
             cells += speedup_cells(speedups.get(run_id), (marks or {}).get(run_id, ""))

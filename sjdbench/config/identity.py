@@ -53,6 +53,7 @@ class SampleFacts:
     samples_per_prompt: int
     device: str  # the device type: cpu, cuda, mps
     weights: str | None = None
+    batch_size: int = 1  # samples decoded in lockstep: its latencies and throughput are its own
 
     @classmethod
     def of(cls, config: RunConfig, prompts_sha: str, device_type: str, weights: str | None = None) -> SampleFacts:
@@ -66,6 +67,7 @@ class SampleFacts:
             config.samples_per_prompt,
             device_type,
             weights,
+            config.batch_size,
         )
 
     @classmethod
@@ -90,6 +92,7 @@ class SampleFacts:
             int(config.get("samples_per_prompt", 1)),
             str(env.get("device") or summary.get("device") or "cpu").split(":")[0],
             env.get("weights"),
+            int(config.get("batch_size") or 1),
         )
 
     def fields(self) -> dict[str, Any]:
@@ -105,6 +108,8 @@ class SampleFacts:
         }
         if self.weights is not None:
             fields["weights"] = self.weights
+        if self.batch_size != 1:  # runs decoded one at a time keep the ids they always had
+            fields["batch_size"] = self.batch_size
         return fields
 
 

@@ -108,6 +108,7 @@ class RunConfig:
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     seed: int = 0
     samples_per_prompt: int = 1
+    batch_size: int = 1  # samples decoded in lockstep, one forward for all (throughput; see README)
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     results_dir: Optional[str] = None  # the store; null: $SJDBENCH_RESULTS, else ./results (results/root.py)
     save_images: bool = True
@@ -365,6 +366,8 @@ def check_config(config: RunConfig) -> DecoderSpec:
     _check_finite_knobs(spec)
     if config.samples_per_prompt < 1:
         raise UserError("samples_per_prompt must be >= 1")
+    if config.batch_size < 1:
+        raise UserError(f"batch_size must be >= 1 (samples decoded in lockstep), got {config.batch_size}")
     if config.warmup < 0:
         raise UserError(f"warmup must be >= 0 (untimed decodes before the first timed one), got {config.warmup}")
     if config.threads is not None and config.threads < 1:

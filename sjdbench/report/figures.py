@@ -122,6 +122,47 @@ def fig_speedup_vs_window(runs: pd.DataFrame, numbers: pd.DataFrame) -> Plot | s
     )
 
 
+def fig_throughput_vs_batch(numbers: pd.DataFrame) -> Plot | str:
+    """Images per decoding second against the batch size for AR and each decoder, and each decoder's
+    speedup over AR at the same batch size."""
+    if "batch_size" not in numbers or "images_per_s" not in numbers:
+        return "no run records its throughput"
+    rows = numbers[numbers["batch_size"].map(lambda b: isinstance(b, (int, float)) and not _missing(b))]
+    rows = rows[rows["images_per_s"].notna()]
+    series = {}
+    for (name, window), members in rows.groupby(["decoder", "window"]):
+        if members["batch_size"].nunique() >= 2:
+            label = str(name) if name == "ar" or rows["window"].nunique() <= 2 else f"{name} W={window}"
+            series[label] = members.sort_values("batch_size")
+    if not series:
+        return "no decoder was run at two or more batch sizes (sjdbench sweep +sweep=batch)"
+    palette = colours(series)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, members in series.items():
+        sizes = members["batch_size"].astype(int).to_numpy()
+        style = dict(marker="o", color=palette[name], label=name, ls="--" if name == "ar" else "-")
+        left.plot(sizes, members["images_per_s"].astype(float), **style)
+        if name != "ar":
+            right.plot(sizes, members["speedup"].astype(float), **style)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({int(b) for m in series.values() for b in m["batch_size"]}))
+        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    left.set_yscale("log")
+    right.axhline(1.0, color="grey", lw=0.8, ls="--")
+    _finish(left, "batch size B", "images per decoding second")
+    _finish(right, "batch size B", "speedup over AR at the same B", legend=False)
+    figure.tight_layout()
+    return Plot(
+        "throughput_vs_batch",
+        "Throughput vs batch size",
+        "Images per decoding second (a stream's images over its device-synchronised decoding time) against "
+        "the batch size, and each decoder's throughput over AR's at the same batch size. Inside a batch a "
+        "sample's own latency means nothing; only throughput is compared.",
+        figure,
+    )
+
+
 def fig_nfe_vs_growth_steps(runs: pd.DataFrame, numbers: pd.DataFrame) -> Plot | str:
     series = _against(numbers, "spec.growth.steps", "N")
     if not series:

@@ -100,6 +100,7 @@ def quality_digits(values) -> int:
 
 SPEED_METRICS = [
     Metric("latency_s_mean", "latency (s)", 3, "min"),
+    Metric("images_per_s", "images/s", 2, "max"),
     Metric("speedup", "speedup", 2, "max", ci=True),
     Metric("speedup_n", "N paired", 0),  # prompts the speedup pairs: always shown beside it
     Metric("nfe_mean", "NFE", 1, "min"),
@@ -112,6 +113,7 @@ SPEED_METRICS = [
 
 # run-level settings that become label columns when they differ inside one table
 RUN_SETTINGS = {
+    "batch_size": "B",
     "seed": "seed",
     "samples_per_prompt": "samples/prompt",
     "n_samples": "n",

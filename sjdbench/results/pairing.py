@@ -16,7 +16,10 @@ report and eval find, the same baseline.
 - Speedup (`speedup`): per prompt, AR latency / decoder latency, each the mean over the prompt's
   (prompt, sample) pairs that both runs hold; the geometric mean of these ratios over prompts, with
   a 95 % percentile-bootstrap CI that resamples prompts (10,000 resamples, fixed seed), and N, the
-  number of prompts paired, which is always shown with it.
+  number of prompts paired, which is always shown with it. Runs decoded in batches have no
+  per-sample latency: their speedup is the decoder's throughput (images per decoding second over
+  its streams) over AR's at the same batch size (part of the key), with N the prompts both hold
+  and no interval (one stream is one measurement).
 """
 
 from __future__ import annotations
@@ -135,14 +138,35 @@ def per_prompt_ratios(ar: pd.DataFrame, decoder: pd.DataFrame) -> pd.Series:
     return per_prompt["latency_s_ar"] / per_prompt["latency_s_dec"]
 
 
+def images_per_s(rows: pd.DataFrame) -> float | None:
+    """Throughput of flat sample rows (stream.* columns): images over decoding seconds, per stream the
+    state recorded with its last image, summed over streams."""
+    if "stream.id" not in rows or rows["stream.id"].isna().all():
+        return None
+    last = rows.sort_values("stream.images").groupby("stream.id").tail(1)
+    seconds = float(last["stream.decode_s"].sum())
+    return float(last["stream.images"].sum()) / seconds if seconds > 0 else None
+
+
 def speedup(ar: pd.DataFrame, decoder: pd.DataFrame) -> Speedup:
-    """The speedup of `decoder` over `ar`, from their sample rows (prompt_id, sample, latency_s)."""
+    """The speedup of `decoder` over `ar`, from their sample rows (prompt_id, sample, latency_s; or
+    the stream columns of batched runs)."""
+    if _batched(ar) or _batched(decoder):
+        mine, theirs = images_per_s(decoder), images_per_s(ar)
+        common = ar[["prompt_id", "sample"]].merge(decoder[["prompt_id", "sample"]], on=["prompt_id", "sample"])
+        if not mine or not theirs or common.empty:
+            return NO_SPEEDUP
+        return Speedup(mine / theirs, None, None, int(common["prompt_id"].nunique()))
     ratios = per_prompt_ratios(ar, decoder)
     ratios = ratios[np.isfinite(ratios) & (ratios > 0)]
     if ratios.empty:
         return NO_SPEEDUP
     value, lo, hi = geometric_mean_ci(ratios.to_numpy())
     return Speedup(value, lo, hi, int(ratios.size))
+
+
+def _batched(rows: pd.DataFrame) -> bool:
+    return "stream.batch_size" in rows and bool((rows["stream.batch_size"].fillna(1) > 1).any())
 
 
 def timing_of(ar: pd.DataFrame, decoder: pd.DataFrame) -> dict[str, Any]:

@@ -123,7 +123,18 @@ def _flat_row(row: dict) -> dict:
     return flat
 
 
-TIMING_COLUMNS = ["prompt_id", "sample", "latency_s", "timing.session", "machine.busy"]  # what pairing reads
+# what pairing reads: per-sample latency, or for batched runs the streams' throughput
+TIMING_COLUMNS = [
+    "prompt_id",
+    "sample",
+    "latency_s",
+    "timing.session",
+    "machine.busy",
+    "stream.id",
+    "stream.images",
+    "stream.decode_s",
+    "stream.batch_size",
+]
 
 
 def load_samples(runs: pd.DataFrame, columns: list[str] | None = None) -> pd.DataFrame:

@@ -43,6 +43,10 @@ STAT_FIELDS = (
     "latency_s_mean",
     "latency_s_median",
     "tokens_per_s",
+    "batch_size",
+    "images_per_s",
+    "decode_s",
+    "peak_bytes",
     "growth_share",
     "growth_precision",
     "growth_share_at_verify",
@@ -74,7 +78,7 @@ def summarize(rows: list[dict]) -> dict:
     if not rows:
         return {"n_samples": 0}
     total = lambda key: sum(r[key] for r in rows)  # noqa: E731
-    latencies = [r["latency_s"] for r in rows]
+    latencies = [r["latency_s"] for r in rows if r.get("latency_s") is not None]  # none inside a batch
     committed = sum(sum(m * c for m, c in enumerate(r["accept_len_hist"])) for r in rows)
     return {
         "n_samples": len(rows),
@@ -84,9 +88,9 @@ def summarize(rows: list[dict]) -> dict:
         "acceptance_rate": _ratio(total("accepted"), total("verified")),
         "acceptance_rate_no_fresh": _ratio(total("accepted_no_fresh"), total("verified_no_fresh")),
         "mean_accepted_length": _ratio(committed, total("iterations")),
-        "latency_s_mean": statistics.fmean(latencies),
-        "latency_s_median": statistics.median(latencies),
-        "tokens_per_s": _ratio(total("n_tokens"), sum(latencies)),
+        "latency_s_mean": statistics.fmean(latencies) if latencies else None,
+        "latency_s_median": statistics.median(latencies) if latencies else None,
+        **throughput(rows),
         "growth_share": _ratio(total("growth_grew_accepted"), total("growth_eligible_accepted")),
         "growth_precision": _ratio(total("growth_flagged_accepted"), total("growth_flagged_verified")),
         "growth_share_at_verify": _ratio(total("verify_grew_accepted"), total("verify_eligible_accepted")),
@@ -95,6 +99,34 @@ def summarize(rows: list[dict]) -> dict:
             _ratio(a, v) for a, v in zip(_pooled_list(rows, "slot_accepted"), _pooled_list(rows, "slot_verified"))
         ],
         **latency_trust(rows),
+    }
+
+
+def throughput(rows: list[dict]) -> dict:
+    """Images and tokens per decoding second, over the streams the rows came from (a stream: the
+    samples one command decoded together, B at a time; its decoding seconds are those recorded with
+    its last row). Rows from before streams were recorded count as streams of one, timed by latency."""
+    streams: dict[str, tuple[int, float]] = {}
+    sizes, peaks, tokens = set(), [], 0
+    for i, r in enumerate(rows):
+        stream = r.get("stream") or {"id": f"row{i}", "batch_size": 1, "images": 1, "decode_s": r.get("latency_s")}
+        if stream.get("decode_s") is None:
+            continue
+        tokens += r["n_tokens"]
+        sizes.add(int(stream.get("batch_size", 1)))
+        if stream.get("peak_bytes") is not None:
+            peaks.append(int(stream["peak_bytes"]))
+        images, seconds = streams.get(stream["id"], (0, 0.0))
+        if stream["images"] >= images:
+            streams[stream["id"]] = (int(stream["images"]), float(stream["decode_s"]))
+    images = sum(n for n, _ in streams.values())
+    seconds = sum(s for _, s in streams.values())
+    return {
+        "batch_size": sizes.pop() if len(sizes) == 1 else (sorted(sizes) if sizes else None),
+        "images_per_s": _ratio(images, seconds),
+        "tokens_per_s": _ratio(tokens, seconds),
+        "decode_s": seconds,
+        "peak_bytes": max(peaks) if peaks else None,
     }
 
 

@@ -8,6 +8,13 @@ so a typo costs a second, not a model load; the runner works from the `RunSpec` 
 sample is timed by `timed_decode` (device-synchronised, with the machine's state); `make bench`
 times through the same function.
 
+Batches (`batch_size=B`): the samples still to decode flow through the batched loop B at a time in
+lockstep (a finished sample's slot takes the next one). A sample's latency then means nothing on its
+own; each row records its `stream` instead: the stream's id, batch size, the images it had finished
+and the decoding seconds it had spent when this one finished (device-synchronised, PNG writing
+excluded), so a run's throughput is images over decoding seconds, summed over its streams. With
+B = 1 every sample is its own stream and `latency_s` is its decode time, as before.
+
 Timing modes, recorded in every row as `timing = {mode, session}`:
 - `single`: one run decodes its prompts on its own (`sjdbench run`);
 - `paired`: several runs of one model and prompt selection (a decoder and its AR baseline) decode
@@ -23,6 +30,7 @@ import hashlib
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
@@ -33,7 +41,7 @@ from sjdbench.config.schema import RunConfig, check_sampling, to_yaml
 from sjdbench.config.spec import RunSpec, resolve_run
 from sjdbench.data.prompts import Prompt
 from sjdbench.decoding.build import resolved_settings
-from sjdbench.decoding.loop import Decoder, DecodeResult, jacobi_decode
+from sjdbench.decoding.loop import Decoder, DecodeResult, Request, jacobi_decode, jacobi_decode_batch
 from sjdbench.errors import Interrupted, NonFiniteLogits
 from sjdbench.models.registry import build_adapter
 from sjdbench.results.store import SCHEMA, RunStore, StoreError, save_png
@@ -108,6 +116,57 @@ def timed_decode(
     return TimedDecode(result, latency, snapshot(device, load_before))
 
 
+@dataclass
+class Decoded:
+    """One sample out of a stream: its result, and the stream's state when it finished."""
+
+    key: tuple[Prompt, int]
+    result: DecodeResult
+    seed: int
+    images: int  # images the stream had finished, this one included
+    decode_s: float  # decoding seconds the stream had spent (device-synchronised)
+    machine: dict
+    peak_bytes: int | None  # CUDA: the most memory the stream had allocated
+
+
+def decode_stream(
+    adapter: Any,
+    keys: list[tuple[Prompt, int]],
+    decoder: Decoder,
+    sampling: Sampling,
+    run_seed: int,
+    device: str,
+    batch_size: int,
+) -> Iterator[Decoded]:
+    """Decode (prompt, sample) keys `batch_size` at a time in lockstep, timing only the decoding: the
+    time spent in the consumer (writing images and rows) is not counted. Each sample draws from its
+    own generator, seeded from (run seed, prompt, sample) as an unbatched decode would."""
+    requests = [
+        Request(p.text, torch.Generator(device).manual_seed(sample_seed(run_seed, p.prompt_id, s)), (p, s))
+        for p, s in keys
+    ]
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    stream = jacobi_decode_batch(adapter, requests, decoder, sampling, batch_size)
+    spent, images = 0.0, 0
+    while True:
+        load_before = load_1m()
+        synchronize(device)
+        start = time.perf_counter()
+        try:
+            request, result = next(stream)
+        except StopIteration:
+            return
+        synchronize(device)
+        spent += time.perf_counter() - start
+        images += 1
+        peak = int(torch.cuda.max_memory_allocated(device)) if cuda else None
+        prompt, s = request.key
+        seed = sample_seed(run_seed, prompt.prompt_id, s)
+        yield Decoded(request.key, result, seed, images, spent, snapshot(device, load_before), peak)
+
+
 def load_adapter(spec: RunSpec, reporter: Reporter) -> Any:
     """The run's model, built on its device (the one model load of a run or a group of runs)."""
     config = spec.config
@@ -151,37 +210,60 @@ class RunWriter:
         return len(self.spec.wanted) - len(self.todo) + self.new
 
     def warmup(self) -> None:
-        """Untimed decodes: first-call allocations and lazy initialisation stay out of the latencies."""
+        """Untimed decodes (a batch's worth when batched): first-call allocations and lazy
+        initialisation stay out of the timings."""
+        batch = self.spec.config.batch_size
         for i in range(self.spec.config.warmup if self.todo else 0):
-            jacobi_decode(
-                self.adapter,
-                self.todo[0][0].text,
-                self.decoder,
-                self.sampling,
-                torch.Generator(self.spec.device).manual_seed(i),
-            )
+            requests = [
+                Request(prompt.text, torch.Generator(self.spec.device).manual_seed(i))
+                for prompt, _ in (self.todo * batch)[:batch]
+            ]
+            for _ in jacobi_decode_batch(self.adapter, requests, self.decoder, self.sampling, batch):
+                pass
 
-    def decode(self, prompt: Prompt, sample: int) -> dict:
-        config, device = self.spec.config, self.spec.device
-        seed = sample_seed(config.seed, prompt.prompt_id, sample)
-        try:
-            timed = timed_decode(self.adapter, prompt.text, self.decoder, self.sampling, seed, device)
-        except NonFiniteLogits as error:
-            shown = prompt.text if len(prompt.text) <= 40 else prompt.text[:39] + "…"
-            raise NonFiniteLogits(
-                error.position, f"{prompt.prompt_id} ('{shown}') sample {sample} of run {self.spec.run_id}"
-            ) from None
-        result = timed.result
+    def decode(self, keys: list[tuple[Prompt, int]]) -> Iterator[dict]:
+        """Decode these (prompt, sample) keys (the run's batch size at a time) and store each row as
+        its sample finishes; yields the rows."""
+        config, spec = self.spec.config, self.spec
+        stream_id = uuid.uuid4().hex[:12]
+        stream = decode_stream(
+            self.adapter, keys, self.decoder, self.sampling, config.seed, spec.device, config.batch_size
+        )
+        while True:
+            try:
+                decoded = next(stream)
+            except StopIteration:
+                return
+            except NonFiniteLogits as error:
+                prompt, sample = next(((p, s) for p, s in keys if p.text == error.prompt), keys[0])
+                shown = prompt.text if len(prompt.text) <= 40 else prompt.text[:39] + "…"
+                raise NonFiniteLogits(
+                    error.position, f"{prompt.prompt_id} ('{shown}') sample {sample} of run {spec.run_id}"
+                ) from None
+            yield self.store_row(decoded, stream_id)
+
+    def store_row(self, decoded: Decoded, stream_id: str) -> dict:
+        config = self.spec.config
+        (prompt, sample), result = decoded.key, decoded.result
         image_name = f"{prompt.prompt_id:06d}_{sample}.png"
         if config.save_images:
             save_png(self.store.images / image_name, self.adapter.decode(result.tokens))
+        batched = config.batch_size > 1
         row = {
             "prompt_id": prompt.prompt_id,
             "sample": sample,
             "prompt": prompt.text,
-            "seed": seed,
-            "latency_s": timed.latency_s,
-            "machine": timed.machine,
+            "seed": decoded.seed,
+            # inside a batch a sample's own time has no meaning: the stream's throughput does
+            "latency_s": None if batched else decoded.decode_s,
+            "stream": {
+                "id": stream_id,
+                "batch_size": config.batch_size,
+                "images": decoded.images,
+                "decode_s": decoded.decode_s,
+                **({"peak_bytes": decoded.peak_bytes} if decoded.peak_bytes is not None else {}),
+            },
+            "machine": decoded.machine,
             "timing": self.timing,
             **result.stats.to_row(),
             "tokens": result.tokens.tolist(),
@@ -266,26 +348,29 @@ def execute_runs(
             reporter.sample_done(sum(w.done for w in writers), total, None)
             for writer in writers:
                 writer.warmup()
-            order = sorted(
-                {key for w in writers for key in w.todo}, key=lambda k: (k[0].prompt_id, k[1])
-            )  # prompt by prompt
-            todo = [set(w.todo) for w in writers]
+            todo = [list(w.todo) for w in writers]
             failed: dict[int, str] = {}
             new = 0
-            for key in order:
-                for i, (writer, missing) in enumerate(zip(writers, todo)):
-                    if key not in missing or i in failed or (limit_new is not None and new >= limit_new):
-                        continue
-                    try:
-                        row = writer.decode(*key)
-                    except Exception as error:  # noqa: BLE001 - with keep_going the other runs go on
-                        if not keep_going or isinstance(error, StoreError):
-                            raise
-                        failed[i] = f"{type(error).__name__}: {error}"
-                        log.warning("run %s failed: %s", writer.spec.run_id, failed[i])
-                        continue
-                    new += 1
-                    reporter.sample_done(sum(w.done for w in writers), total, row)
+            if specs[0].config.batch_size == 1:  # prompt by prompt, each run in turn (paired timing)
+                order = sorted({key for w in writers for key in w.todo}, key=lambda k: (k[0].prompt_id, k[1]))
+                groups = [(i, [key]) for key in order for i, w in enumerate(writers) if key in set(todo[i])]
+            else:  # one stream per run: the batch needs the run's samples together
+                groups = [(i, todo[i]) for i in range(len(writers)) if todo[i]]
+            for i, keys in groups:
+                writer = writers[i]
+                if i in failed or (limit_new is not None and new >= limit_new):
+                    continue
+                if limit_new is not None:
+                    keys = keys[: limit_new - new]
+                try:
+                    for row in writer.decode(keys):
+                        new += 1
+                        reporter.sample_done(sum(w.done for w in writers), total, row)
+                except Exception as error:  # noqa: BLE001 - with keep_going the other runs go on
+                    if not keep_going or isinstance(error, StoreError):
+                        raise
+                    failed[i] = f"{type(error).__name__}: {error}"
+                    log.warning("run %s failed: %s", writer.spec.run_id, failed[i])
         except BaseException as error:
             for writer in writers:  # summaries of what is there, so the store reads true
                 with contextlib.suppress(Exception):
