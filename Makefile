@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install install-cpu test test-all lint format bench report-toy clean
+.PHONY: install install-cpu test test-all lint format bench bench-batch study report-toy clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,16 @@ format: $(BIN)/python
 # the cost of one W-token window forward in AR steps. BENCH_ARGS narrows it, e.g. BENCH_ARGS="--decoders sjd --windows 16".
 bench: $(BIN)/python
 	$(BIN)/python benchmarks/bench_decoders.py $(BENCH_ARGS)
+
+# Throughput against batch size (AR and decoders at B = 1, 4, 8, 16, side by side in one process)
+bench-batch: $(BIN)/python
+	$(BIN)/python benchmarks/bench_batch.py $(BENCH_ARGS)
+
+# The full toy study: every preset at W = 16 on 256 held-out captions, AR at seeds 0 and 1, eval and
+# report, batched, in two worker processes; prints its own wall time (about 30 minutes on 2 cores)
+study: $(BIN)/python
+	@$(BIN)/python -c "import sjdbench" 2>/dev/null || $(MAKE) install
+	$(BIN)/python scripts/study.py $(STUDY_ARGS)
 
 report-toy: $(BIN)/python  # toy sweeps + scores + `sjdbench report`; refreshes the README's table and figures
 	$(BIN)/python scripts/toy_report.py
