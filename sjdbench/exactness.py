@@ -37,13 +37,14 @@ def enumerable_model():
 
 
 class TabulatedAdapter:
-    """Wraps an adapter; serves prefill/forward from a table of every prefix's logits."""
+    """Wraps an adapter; serves prefill/forward from a table of every prefix's logits. One sample at
+    a time (the batched contract with B = 1)."""
 
     def __init__(self, adapter, prompt: str) -> None:
         self.inner = adapter
         self.prompt_text = prompt
         self.live_forwards = 0  # forwards answered by the wrapped model (contexts with holes)
-        for attr in ("name", "vocab_size", "layout", "image_token_ids", "default_sampling", "device"):
+        for attr in ("name", "vocab_size", "layout", "image_token_ids", "default_sampling", "device", "dtype"):
             setattr(self, attr, getattr(adapter, attr))
         self.table = self._tabulate()
 
@@ -58,36 +59,44 @@ class TabulatedAdapter:
         N = self.layout.n_positions
         table: dict[tuple[int, ...], torch.Tensor] = {}
         for seq in self.sequences():
-            cache = inner.new_cache(prompt, extra=N - 1)
-            table[()] = inner.prefill(prompt, cache).cpu()  # (2, V)
+            cache = inner.new_cache(1, prompt.length, N - 1)
+            table[()] = inner.prefill(cache, [0], [prompt])[0].cpu()  # (2, V)
             logits = inner.forward(
-                torch.tensor(seq[: N - 1], device=inner.device), torch.arange(N - 1, device=inner.device), cache
-            ).cpu()  # (2, N-1, V)
+                cache, torch.tensor([seq[: N - 1]], device=inner.device), torch.arange(N - 1, device=inner.device)[None]
+            )[0].cpu()  # (2, N-1, V)
             for j in range(1, N):
                 table[seq[:j]] = logits[:, j - 1]
         return table
 
     def encode_prompt(self, text: str):
-        return text
+        return self.inner.encode_prompt(text)
 
-    def new_cache(self, prompt, extra: int) -> dict:
+    def new_cache(self, batch: int, prompt_len: int, window: int) -> dict:
         """committed[j]: the token committed at segment position j (-1: none yet); window: the last
         forward's (tokens, positions); calls: this decode's forwards and commits, replayed on the wrapped
         model when a window first needs it; live: the wrapped model's cache is in step."""
+        if batch != 1:
+            raise ValueError(f"TabulatedAdapter decodes one sample at a time, not {batch}")
         return {
             "committed": [-1] * self.layout.n_positions,
             "window": ([], []),
             "calls": [],
-            "extra": extra,
+            "extra": window,
             "live": False,
         }
 
-    def prefill(self, prompt, cache) -> torch.Tensor:
-        return self.table[()].to(self.device)
+    def prefill(self, cache: dict, samples: list[int], prompts: list) -> torch.Tensor:
+        return self.table[()][None].to(self.device)  # (1, 2, V)
 
     def forward(
-        self, tokens: torch.Tensor, positions: torch.Tensor, cache: dict, mask: torch.Tensor | None = None
+        self,
+        cache: dict,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        horizon: int | None = None,
     ) -> torch.Tensor:
+        tokens, positions, mask = tokens[0], positions[0], None if mask is None else mask[0]
         values, where = tokens.tolist(), positions.tolist()
         cache["window"] = (values, where)
         if cache["live"]:
@@ -103,33 +112,42 @@ class TabulatedAdapter:
                 return self._live(("forward", tokens, positions, mask), cache)
             rows.append(self.table[prefix])
         cache["calls"].append(("forward", tokens, positions, mask))
-        return torch.stack(rows, dim=1).to(self.device)  # (2, L, V)
+        return torch.stack(rows, dim=1)[None].to(self.device)  # (1, 2, L, V)
 
     def commit(self, cache: dict, slots: torch.Tensor) -> None:
+        slots = slots[0][slots[0] >= 0]
         values, where = cache["window"]
         for slot in slots.tolist():
             cache["committed"][where[slot]] = values[slot]
         if cache["live"]:
-            self.inner.commit(cache["inner"], slots)
+            self.inner.commit(cache["inner"], slots[None])
         else:
             cache["calls"].append(("commit", slots))
+
+    def retain(self, cache: dict, samples: list[int]) -> None:
+        if samples != [0]:
+            raise ValueError("TabulatedAdapter decodes one sample at a time")
 
     def _live(self, call: tuple, cache: dict) -> torch.Tensor:
         """Run `call` on the wrapped model, first replaying this decode's earlier calls on a fresh cache."""
         inner = self.inner
         if not cache["live"]:
             prompt = inner.encode_prompt(self.prompt_text)
-            cache["inner"] = inner.new_cache(prompt, extra=cache["extra"])
-            inner.prefill(prompt, cache["inner"])
+            cache["inner"] = inner.new_cache(1, prompt.length, cache["extra"])
+            inner.prefill(cache["inner"], [0], [prompt])
             for name, *args in cache["calls"]:
                 if name == "forward":
-                    inner.forward(args[0], args[1], cache["inner"], args[2])
+                    inner.forward(
+                        cache["inner"], args[0][None], args[1][None], None if args[2] is None else args[2][None]
+                    )
                 else:
-                    inner.commit(cache["inner"], args[0])
+                    inner.commit(cache["inner"], args[0][None])
             cache["live"], cache["calls"] = True, []
         self.live_forwards += 1
         _, tokens, positions, mask = call
-        return inner.forward(tokens, positions, cache["inner"], mask).to(self.device)
+        return inner.forward(cache["inner"], tokens[None], positions[None], None if mask is None else mask[None]).to(
+            self.device
+        )
 
     def codebook(self) -> torch.Tensor:
         return self.inner.codebook()

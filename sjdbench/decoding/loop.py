@@ -151,8 +151,8 @@ def jacobi_decode(
     traced = _trace_set(layout, decoder.trace_positions) if history is not None else set()
 
     prompt = adapter.encode_prompt(prompt_text)
-    cache = adapter.new_cache(prompt, extra=W)
-    logits0 = adapter.prefill(prompt, cache)[:, None]  # (2, 1, V)
+    cache = adapter.new_cache(1, prompt.length, W)
+    logits0 = adapter.prefill(cache, [0], [prompt])[0][:, None]  # (2, 1, V)
     p0 = process_logits(logits0, masks.window(0, 1), sampling)  # (1, V)
     bad_prefill = _non_finite(logits0, p0)  # device flag, read at the first iteration's sync
     tokens = torch.full((N,), -1, dtype=torch.long, device=device)
@@ -178,7 +178,10 @@ def jacobi_decode(
         window = topology.plan(state, W, decoder.init, ctx, generator)
 
         # 2. one forward; slot i predicts position positions[i] + 1
-        logits = adapter.forward(window.tokens, torch.as_tensor(window.positions, device=device), cache, window.mask)
+        positions = torch.as_tensor(window.positions, device=device)[None]
+        mask = None if window.mask is None else window.mask[None]
+        horizon = int(window.positions.max()) + 1
+        logits = adapter.forward(cache, window.tokens[None], positions, mask, horizon)[0]  # (2, L, V)
         stats.record_forward(len(window), window.in_flight)
         target_host = window.positions + 1
         targets = torch.as_tensor(target_host, device=device)
@@ -203,7 +206,7 @@ def jacobi_decode(
 
         # 4. commit the roots not yet cached and the accepted drafts; the rest of the window is dropped
         kept = np.sort(np.concatenate([np.flatnonzero(window.commit_root), accepted]))
-        adapter.commit(cache, torch.as_tensor(kept, device=device))
+        adapter.commit(cache, torch.as_tensor(kept, device=device)[None])
         state.cached[window.positions[kept]] = True
         new_t = torch.as_tensor(new, device=device)
         ctx.guess[new_t] = tokens[new_t]
