@@ -149,8 +149,7 @@ class WindowedAdapter:
 
     @torch.inference_mode()
     def retain(self, cache: WindowCache, samples: list[int]) -> None:
-        cache.retain(samples)
-        cache.bound = self._bind(cache)
+        cache.retain(samples)  # a bound view reads the cache's tensors through it, so it follows
 
     @property
     def _compiled_run(self) -> Any:
