@@ -45,7 +45,8 @@ def palette(n_codes: int, seed: int) -> np.ndarray:
     return rng.integers(0, 256, size=(n_codes, 3), dtype=np.uint8)
 
 
-def build(options: DebugOptions, device: str) -> LlamaImageAdapter:
+def build(options: DebugOptions, device: str, name: str = "debug") -> LlamaImageAdapter:
+    """The seeded random LLaMA of `options` (variants of it pass their own name)."""
     o = options
     generator = torch.Generator().manual_seed(o.seed)
     cfg = LlamaConfig(vocab_size=vocab_size_for(o.n_codes), dim=o.dim, n_layers=o.n_layers, n_heads=o.n_heads)
@@ -66,7 +67,7 @@ def build(options: DebugOptions, device: str) -> LlamaImageAdapter:
     base = torch.randn(o.n_codes, 8, generator=generator)
     base[1::2] = base[0::2][: o.n_codes // 2] + 0.05 * torch.randn(o.n_codes // 2, 8, generator=generator)
     return LlamaImageAdapter(
-        "debug", model, o.n_codes, layout, o.sampling(), decode_codes, base, compile=o.compile, gsd_d_thr=0.5
+        name, model, o.n_codes, layout, o.sampling(), decode_codes, base, compile=o.compile, gsd_d_thr=0.5
     )
 
 
