@@ -16,15 +16,16 @@ from sjdbench.models import registry
 from sjdbench.models.options import TOP_LEVEL, CheckpointOptions, ModelOptions
 from sjdbench.paths import conf_dir
 
-NAMES = ["debug", "emu3", "janus", "llamagen", "lumina", "toy"]
+NAMES = registry.model_names()  # every model: a new one is checked here without editing this file
+REAL = ("emu3", "janus", "llamagen", "lumina")
 
 
 def test_every_yaml_is_a_model_with_a_spec():
-    assert registry.model_names() == NAMES
+    assert set(NAMES) >= {"debug", "toy", *REAL}
     for name in NAMES:
         spec = registry.spec(name)
         assert issubclass(spec.options, ModelOptions)
-    for name in ("emu3", "janus", "llamagen", "lumina"):
+    for name in REAL:
         assert issubclass(registry.spec(name).options, CheckpointOptions)
 
 
@@ -69,8 +70,9 @@ def test_options_are_checked_before_loading_with_one_line():
 
 
 def test_unknown_model_lists_the_models():
-    with pytest.raises(UserError, match="unknown model 'nope'; choose one of: debug, emu3, janus, llamagen, lumina"):
+    with pytest.raises(UserError) as error:
         registry.build_adapter("nope", {}, "cpu")
+    assert str(error.value) == f"unknown model 'nope'; choose one of: {', '.join(NAMES)}"
 
 
 def test_a_local_checkpoint_may_have_any_resolution_of_the_grid():
