@@ -83,7 +83,6 @@ class WindowCache:
         # commits write to (never read), so a commit needs no host-side filtering
         self.key_valid = torch.zeros(rows, self.committed + 1, dtype=torch.bool, device=device)
         self.base = torch.zeros(rows, dtype=torch.long, device=device)  # rotary position of segment position 0
-        self.prompt_pos = torch.zeros(rows, prompt_len, dtype=torch.long, device=device)  # of the prompt entries
         self.window_positions = torch.zeros(samples, 0, dtype=torch.long, device=device)  # of the last window
         self.bound: object = None  # a model's own view of this cache (a transformers Cache), see WindowedAdapter
         self._prefill_rows: torch.Tensor | None = None  # set while a prefill runs
@@ -133,7 +132,6 @@ class WindowCache:
         self.key_valid[rows] = False  # whatever the sample held before is forgotten
         self.key_valid[rows, :P] = pad_mask
         self.base[rows] = base
-        self.prompt_pos[rows] = prompt_pos
         self._prefill_rows = rows
         index = torch.arange(P, device=device)
         causal = index[None, :] <= index[:, None]  # (P, P)
@@ -221,6 +219,6 @@ class WindowCache:
         self.keys = [tensor.index_select(0, rows) for tensor in self.keys]
         self.values = [tensor.index_select(0, rows) for tensor in self.values]
         self.key_valid = self.key_valid[rows]
-        self.base, self.prompt_pos = self.base[rows], self.prompt_pos[rows]
+        self.base = self.base[rows]
         self.window_positions = self.window_positions[index]
         self._key_end = self.size

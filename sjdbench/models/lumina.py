@@ -45,7 +45,6 @@ from sjdbench.models.windowed import WindowedAdapter
 
 HUB = "Alpha-VLLM/Lumina-mGPT-7B-{resolution}"
 RESOLUTIONS = (512, 768, 1024)
-SIZES = ("7B", "tiny")
 PATCH = 32  # pixels per grid token; the VQGAN downsamples 16x, so 2 latent rows per grid step
 DEFAULT_SAMPLING = Sampling(cfg_scale=3.0, temperature=1.0, top_k=2000, top_p=1.0)
 PAPER_GSD_D_THR = 0.5  # So et al.'s threshold, measured on Lumina-mGPT's own input embeddings

@@ -92,9 +92,11 @@ def build(options: ToyOptions, device: str) -> LlamaImageAdapter:
     )
 
 
-def build_toy_adapter(device: str = "cpu", **options: Any) -> LlamaImageAdapter:
-    """The toy model from keyword options (`build_toy_adapter(cfg_scale=5)`)."""
-    return build(ToyOptions.from_dict(options), device)
+def build_toy_adapter(weights_dir: str | Path | None = None, device: str = "cpu", **options: Any) -> LlamaImageAdapter:
+    """The toy model from its weights directory (None: the shipped weights) and keyword options
+    (`build_toy_adapter(cfg_scale=5)`)."""
+    folder = None if weights_dir is None else str(weights_dir)
+    return build(ToyOptions.from_dict({"weights_dir": folder, **options}), device)
 
 
 def weights_fingerprint(weights_dir: str | Path | None = None) -> str:
