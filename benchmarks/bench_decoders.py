@@ -84,22 +84,22 @@ class ForwardTimer:
 def window_cost(adapter: Any, prompt_text: str, widths: list[int], device: str, repeats: int = 30) -> dict[int, float]:
     """{W: time of a W-token window forward / time of a 1-token forward}, at mid-image."""
     prompt = adapter.encode_prompt(prompt_text)
-    adapter.new_cache(prompt, extra=max(widths))
-    adapter.prefill(prompt, None)
+    cache = adapter.new_cache(1, prompt.length, max(widths))
+    adapter.prefill(cache, [0], [prompt])
     middle = adapter.layout.n_positions // 2
     token = int(adapter.image_token_ids[0])
     inputs = {
-        w: (torch.full((w,), token, device=device), torch.arange(middle, middle + w, device=device))
+        w: (torch.full((1, w), token, device=device), torch.arange(middle, middle + w, device=device)[None])
         for w in [1, *widths]
     }
     times: dict[int, list[float]] = {w: [] for w in inputs}
-    for tokens, positions in inputs.values():  # warm-up
-        adapter.forward(tokens, positions, None)
+    for w, (tokens, positions) in inputs.items():  # warm-up
+        adapter.forward(cache, tokens, positions, None, middle + w)
     for _ in range(repeats):
         for w, (tokens, positions) in inputs.items():
             synchronize(device)
             start = time.perf_counter()
-            adapter.forward(tokens, positions, None)
+            adapter.forward(cache, tokens, positions, None, middle + w)
             synchronize(device)
             times[w].append(time.perf_counter() - start)
     one = statistics.median(times[1])

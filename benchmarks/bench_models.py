@@ -14,19 +14,14 @@ medians of interleaved repeats after an untimed warm-up; the device is synchroni
 from __future__ import annotations
 
 import argparse
-import importlib
 import platform
 import statistics
 import time
 
 import torch
 
-BUILDERS = {
-    "lumina": "build_lumina_adapter",
-    "llamagen": "build_llamagen_adapter",
-    "janus": "build_janus_adapter",
-    "emu3": "build_emu3_adapter",
-}
+from sjdbench.models.registry import spec
+
 FULL_SIZE = {"lumina": "7B", "llamagen": "XL", "janus": "7B", "emu3": "8B"}
 
 
@@ -53,28 +48,27 @@ def count_parameters(adapter) -> int:
 
 
 def measure(model: str, args) -> dict:
-    builder = getattr(importlib.import_module(f"sjdbench.models.{model}"), BUILDERS[model])
-    options = dict(weights="random", size=args.size or FULL_SIZE[model], device=args.device, compile=args.compile)
+    options = dict(weights="random", size=args.size or FULL_SIZE[model], compile=args.compile)
     if args.resolution:
         options["resolution"] = args.resolution
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
-    adapter = builder(**options)
+    adapter = spec(model).load(args.device, **options)
     parameters = count_parameters(adapter)
     prompt = adapter.encode_prompt("a photo of a red cube on a wooden table, soft light")
     W = args.window
     tokens = adapter.image_token_ids[torch.randint(0, adapter.image_token_ids.numel(), (W,))]
-    positions = torch.arange(W, device=adapter.device)
-    cache = adapter.new_cache(prompt, extra=W)
-    prefill = timed(args.device, lambda: adapter.prefill(prompt, cache))
+    positions = torch.arange(W, device=adapter.device)[None]
+    cache = adapter.new_cache(1, prompt.length, W)
+    prefill = timed(args.device, lambda: adapter.prefill(cache, [0], [prompt]))
 
     def ar_step():
-        adapter.forward(tokens[:1], positions[:1], cache)
-        adapter.commit(cache, positions[:1])
+        adapter.forward(cache, tokens[None, :1], positions[:, :1], None, 1)
+        adapter.commit(cache, positions[:, :1])
 
     def window_step():
-        adapter.forward(tokens, positions, cache)
-        adapter.commit(cache, positions[:1])
+        adapter.forward(cache, tokens[None], positions, None, W)
+        adapter.commit(cache, positions[:, :1])
 
     for _ in range(2):  # warm-up (and compilation)
         ar_step(), window_step()
@@ -100,7 +94,7 @@ def measure(model: str, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=list(BUILDERS), choices=list(BUILDERS))
+    parser.add_argument("--models", nargs="+", default=list(FULL_SIZE), choices=list(FULL_SIZE))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--size", default=None, help="architecture size for every model (default: the released one)")
     parser.add_argument("--resolution", type=int, default=None)

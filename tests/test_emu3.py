@@ -14,10 +14,10 @@ import model_properties as props  # noqa: E402
 from hf_fixtures import ScoreRecorder, char_tokenizer, spread_weights  # noqa: E402
 
 from sjdbench.decoding.processing import StructureMasks, process_logits  # noqa: E402
-from sjdbench.models.emu3 import (
+from sjdbench.models import emu3  # noqa: E402
+from sjdbench.models.emu3 import (  # noqa: E402
     NEGATIVE_PROMPT,
     Emu3Adapter,
-    build_emu3_adapter,
     emu3_layout,  # noqa: E402
     visual_token_ids,
 )
@@ -93,7 +93,7 @@ def emu3_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def adapter(emu3_dir):
-    return build_emu3_adapter(path=str(emu3_dir), resolution=32)
+    return emu3.SPEC.load(path=str(emu3_dir), resolution=32)
 
 
 def baai_prefix_constraint(adapter):
@@ -168,9 +168,9 @@ def test_batched_cfg_equals_unbatched_forwards(adapter):
     of the negative prompt (what BAAI's unbatched CFG processor computes)."""
     seq = props.random_image_tokens(adapter, 7, seed=4)
     prompt = adapter.encode_prompt("a cat")
-    cache = adapter.new_cache(prompt, extra=7)
-    first = adapter.prefill(prompt, cache)
-    window = adapter.forward(seq, torch.arange(7), cache)  # (2, 7, V)
+    cache = adapter.new_cache(1, prompt.length, 7)
+    first = adapter.prefill(cache, [0], [prompt])[0]
+    window = props.one_forward(adapter, cache, seq, torch.arange(7))  # (2, 7, V)
     for row, ids in enumerate([adapter.prompt_ids("a cat"), adapter.negative_ids()]):
         full = torch.cat([torch.tensor(ids), seq])[None]
         with torch.no_grad():
@@ -197,11 +197,11 @@ def test_sampling_distributions_match_library_generate(adapter):
     sampling = adapter.default_sampling.__class__(cfg_scale=adapter.default_sampling.cfg_scale, top_k=0)
     masks = StructureMasks(adapter.layout.forced, torch.isin(torch.arange(adapter.vocab_size), adapter.image_token_ids))
     prompt = adapter.encode_prompt("a cat")
-    cache = adapter.new_cache(prompt, extra=1)
-    logits = [adapter.prefill(prompt, cache)]
+    cache = adapter.new_cache(1, prompt.length, 1)
+    logits = [adapter.prefill(cache, [0], [prompt])[0]]
     for j in range(N - 1):
-        logits.append(adapter.forward(sampled[j : j + 1], torch.tensor([j]), cache)[:, 0])
-        adapter.commit(cache, torch.tensor([0]))
+        logits.append(props.one_forward(adapter, cache, sampled[j : j + 1], torch.tensor([j]))[:, 0])
+        props.one_commit(adapter, cache, torch.tensor([0]))
     ours = process_logits(torch.stack(logits, dim=1), masks.window(0, N), sampling)  # (N, V)
     theirs = torch.softmax(torch.cat(recorder.scores), dim=-1)
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-4)
@@ -239,12 +239,12 @@ def test_layout_helper_counts():
 
 def test_missing_weights_give_one_line(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
-        build_emu3_adapter(path=str(tmp_path))
+        emu3.SPEC.load(path=str(tmp_path))
     assert "\n" not in str(error.value) and "BAAI/Emu3-Gen-hf" in str(error.value)
 
 
 def test_random_weights_tiny_size_builds_without_files():
-    adapter = build_emu3_adapter(weights="random", size="tiny", resolution=32)
+    adapter = emu3.SPEC.load(weights="random", size="tiny", resolution=32)
     assert isinstance(adapter, Emu3Adapter) and adapter.vocab_size == 184622
     assert adapter.image_token_ids[0] == 151854 and adapter.layout.n_positions == 23
 
@@ -259,3 +259,11 @@ def test_reused_cache_buffers_are_clean(adapter):
 
 def test_draft_trees_and_rows_in_flight_run_on_this_model(adapter):
     props.check_topologies(adapter)
+
+
+def test_batched_forward_equals_each_samples_own(adapter):
+    props.check_batched_forward_equals_unbatched(adapter)
+
+
+def test_prefill_of_one_sample_leaves_the_others(adapter):
+    props.check_prefill_leaves_other_samples(adapter)

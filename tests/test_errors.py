@@ -2,6 +2,7 @@
 nothing is written (or lost). In-process through typer's CliRunner; the console script's own
 behaviour (usage errors, output that is not a terminal, Ctrl-C) through subprocesses."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -228,25 +229,34 @@ class PoisonedLogits:
         self._poisoned = text.startswith(POISONED_PROMPT)
         return self._inner.encode_prompt(text)
 
-    def forward(self, tokens, positions, cache, mask=None):
-        logits = self._inner.forward(tokens, positions, cache, mask).clone()  # (2, L, V)
-        logits[:, :, :2] = float("-inf")  # masking ids (here <pad>, <bos>) with -inf is fine, not flagged
+    def forward(self, cache, tokens, positions, mask=None, horizon=None):
+        logits = self._inner.forward(cache, tokens, positions, mask, horizon).clone()  # (B, 2, L, V)
+        logits[..., :2] = float("-inf")  # masking ids (here <pad>, <bos>) with -inf is fine, not flagged
         if self._poisoned:
-            logits[:, positions + 1 == self._position] = self._value
+            logits[0][:, positions[0] + 1 == self._position] = self._value
         return logits
 
 
-def build_poisoned_adapter(poison_at: int = 5, value: str = "nan", device: str = "cpu", **options):
-    from sjdbench.models.debug import build_debug_adapter
+def poisoned_spec():
+    """The debug model's spec with two more options: where its logits go bad, and to what."""
+    from sjdbench.models import debug
 
-    return PoisonedLogits(build_debug_adapter(**options, device=device), poison_at, float(value))
+    @dataclasses.dataclass
+    class PoisonedOptions(debug.DebugOptions):
+        poison_at: int = 5
+        value: float = float("nan")
+
+    def build(options, device):
+        return PoisonedLogits(debug.build(options, device), options.poison_at, float(options.value))
+
+    return dataclasses.replace(debug.SPEC, options=PoisonedOptions, build=build)
 
 
 @pytest.mark.parametrize("value,temperature", [("nan", "1"), ("inf", "1"), ("nan", "0")])
 def test_nan_or_inf_logits_stop_the_run_naming_prompt_and_position(tmp_path, monkeypatch, value, temperature):
     import sjdbench.models.registry as registry
 
-    monkeypatch.setitem(registry.BUILDERS, "debug", f"{__name__}:build_poisoned_adapter")
+    monkeypatch.setitem(registry.SPECS, "debug", poisoned_spec())
     words = [
         "decoder=sjd",
         "decoder.window=4",

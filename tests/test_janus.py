@@ -11,7 +11,8 @@ import model_properties as props  # noqa: E402
 from hf_fixtures import ScoreRecorder, char_tokenizer, spread_weights  # noqa: E402
 
 from sjdbench.errors import UserError  # noqa: E402
-from sjdbench.models.janus import JanusAdapter, JanusTokens, build_janus_adapter  # noqa: E402
+from sjdbench.models import janus  # noqa: E402
+from sjdbench.models.janus import JanusAdapter, JanusTokens  # noqa: E402
 
 SPECIALS = ["<bos>", "<pad>", "<begin_of_image>", "<end_of_image>", "<image_placeholder>"]
 TEMPLATE = (
@@ -79,7 +80,7 @@ def janus_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def adapter(janus_dir):
-    return build_janus_adapter(path=str(janus_dir), size="7B", resolution=384)
+    return janus.SPEC.load(path=str(janus_dir), size="7B", resolution=384)
 
 
 def library_generate(adapter, text: str, **kwargs) -> torch.Tensor:
@@ -121,12 +122,12 @@ def test_sampling_distributions_match_library_generate(adapter):
     sampled = library_generate(adapter, "a red cube", do_sample=True, top_k=0, logits_processor=[recorder])
     assert len(recorder.scores) == adapter.layout.n_positions
     prompt = adapter.encode_prompt("a red cube")
-    cache = adapter.new_cache(prompt, extra=1)
-    ours = [adapter.prefill(prompt, cache)]
+    cache = adapter.new_cache(1, prompt.length, 1)
+    ours = [adapter.prefill(cache, [0], [prompt])[0]]
     for j in range(adapter.layout.n_positions - 1):
         position = torch.tensor([j])
-        ours.append(adapter.forward(sampled[j : j + 1], position, cache)[:, 0])
-        adapter.commit(cache, torch.tensor([0]))
+        ours.append(props.one_forward(adapter, cache, sampled[j : j + 1], position)[:, 0])
+        props.one_commit(adapter, cache, torch.tensor([0]))
     torch.testing.assert_close(torch.stack(ours), torch.stack(recorder.scores), atol=1e-4, rtol=1e-4)
 
 
@@ -164,12 +165,12 @@ def test_checkpoint_missing_a_weight_is_refused(janus_dir, tmp_path):
     weights.pop(next(k for k in weights if "generation_head" in k))
     save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match="missing keys.*generation_head"):
-        build_janus_adapter(path=str(broken))
+        janus.SPEC.load(path=str(broken))
 
 
 def test_missing_weights_give_one_line(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
-        build_janus_adapter(path=str(tmp_path))
+        janus.SPEC.load(path=str(tmp_path))
     message = str(error.value)
     assert "\n" not in message and "config.json" in message and "deepseek-community/Janus-Pro-7B" in message
 
@@ -180,20 +181,20 @@ def test_offline_hub_gives_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))  # an empty cache, whatever this machine holds
     with pytest.raises(FileNotFoundError) as error:
-        build_janus_adapter(size="1B")
+        janus.SPEC.load(size="1B")
     message = str(error.value)
     assert "\n" not in message and "hf download deepseek-community/Janus-Pro-1B" in message and "model.path" in message
 
 
 def test_random_weights_tiny_size_builds_without_files():
-    adapter = build_janus_adapter(weights="random", size="tiny", resolution=64)
+    adapter = janus.SPEC.load(weights="random", size="tiny", resolution=64)
     assert isinstance(adapter, JanusAdapter) and adapter.layout.grid_hw == (4, 4)
     assert adapter.encode_prompt("x").tokens.shape[0] == 2
 
 
 def test_unknown_size_lists_the_choices():
     with pytest.raises(ValueError, match="choose one of: 1B, 7B"):
-        build_janus_adapter(size="3B")
+        janus.SPEC.load(size="3B")
 
 
 def test_out_of_range_transformers_is_one_line(monkeypatch):
@@ -202,7 +203,7 @@ def test_out_of_range_transformers_is_one_line(monkeypatch):
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "4.47.1" if name == "transformers" else real(name))
     with pytest.raises(UserError, match=r"tested with transformers>=5.*4\.47\.1 is installed"):
-        build_janus_adapter(weights="random", size="tiny")
+        janus.SPEC.load(weights="random", size="tiny")
 
 
 def test_tokens_dataclass_is_plain():
@@ -219,3 +220,11 @@ def test_reused_cache_buffers_are_clean(adapter):
 
 def test_draft_trees_and_rows_in_flight_run_on_this_model(adapter):
     props.check_topologies(adapter)
+
+
+def test_batched_forward_equals_each_samples_own(adapter):
+    props.check_batched_forward_equals_unbatched(adapter)
+
+
+def test_prefill_of_one_sample_leaves_the_others(adapter):
+    props.check_prefill_leaves_other_samples(adapter)

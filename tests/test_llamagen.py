@@ -13,10 +13,10 @@ pytest.importorskip("transformers")
 import model_properties as props  # noqa: E402
 from hf_fixtures import char_tokenizer  # noqa: E402
 
-from sjdbench.models.llamagen import (
+from sjdbench.models import llamagen  # noqa: E402
+from sjdbench.models.llamagen import (  # noqa: E402
     CAPTION_TOKENS,
     LlamaGenAdapter,
-    build_llamagen_adapter,  # noqa: E402
     clean_caption,
 )
 from sjdbench.models.llamagen_gpt import GPTConfig, LlamaGenGPT, rope_table_2d  # noqa: E402
@@ -88,7 +88,7 @@ def dirs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def adapter(dirs):
-    return build_llamagen_adapter(path=str(dirs), t5_path=str(dirs / "t5"), resolution=256)
+    return llamagen.SPEC.load(path=str(dirs), t5_path=str(dirs / "t5"), resolution=256)
 
 
 @pytest.fixture(scope="module")
@@ -167,11 +167,11 @@ def test_window_slots_use_their_grid_positions(adapter):
     LlamaGen's full forward at those positions: the 2-D rotary row of slot 120 + j is (j // g, j % g)."""
     seq = props.random_image_tokens(adapter, 10, seed=3)
     prompt, conditioning, mask = conditioning_of(adapter, "a red cube")
-    cache = adapter.new_cache(prompt, extra=6)
-    first = adapter.prefill(prompt, cache)
-    adapter.forward(seq[:5], torch.arange(5), cache)
-    adapter.commit(cache, torch.arange(5))
-    window = adapter.forward(seq[5:], torch.arange(5, 10), cache)
+    cache = adapter.new_cache(1, prompt.length, 6)
+    first = adapter.prefill(cache, [0], [prompt])[0]
+    props.one_forward(adapter, cache, seq[:5], torch.arange(5))
+    props.one_commit(adapter, cache, torch.arange(5))
+    window = props.one_forward(adapter, cache, seq[5:], torch.arange(5, 10))
     with torch.no_grad():
         expected = reference_logits(adapter.gpt, conditioning, mask, seq)
     torch.testing.assert_close(first, expected[:, CAPTION_TOKENS - 1], atol=1e-4, rtol=1e-4)
@@ -189,15 +189,15 @@ def test_caption_is_left_padded_and_padding_is_invisible(adapter):
     n = int(mask.sum())
     assert 0 < n < CAPTION_TOKENS and mask[-n:].all() and not mask[:-n].any()  # caption last, padding first
     assert not conditioning[0, :-n].any()  # padded features are zeroed
-    cache = adapter.new_cache(prompt, extra=1)
-    before = adapter.prefill(prompt, cache)
+    cache = adapter.new_cache(1, prompt.length, 1)
+    before = adapter.prefill(cache, [0], [prompt])[0]
     noisy = prompt.extras["conditioning"].clone()
     noisy[:, : CAPTION_TOKENS - n] += torch.randn_like(noisy[:, : CAPTION_TOKENS - n])  # padded slots, both rows
     prompt.extras["conditioning"] = noisy
-    after = adapter.prefill(prompt, adapter.new_cache(prompt, extra=1))
+    after = props.prefilled(adapter, prompt)
     torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
     noisy[0, -1] += 1.0  # a caption slot does matter
-    assert not torch.allclose(adapter.prefill(prompt, adapter.new_cache(prompt, extra=1))[0], before[0])
+    assert not torch.allclose(props.prefilled(adapter, prompt)[0], before[0])
 
 
 def llamagen_reference_greedy(adapter, text: str) -> list[int]:
@@ -243,13 +243,13 @@ def test_caption_cleaning_is_the_released_cleaner():  # tests/test_llamagen_capt
 
 def test_missing_weights_give_one_line(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
-        build_llamagen_adapter(path=str(tmp_path), t5_path=str(tmp_path), resolution=512)
+        llamagen.SPEC.load(path=str(tmp_path), t5_path=str(tmp_path), resolution=512)
     message = str(error.value)
     assert "\n" not in message and "t2i_XL_stage2_512.pt" in message and "vq_ds16_t2i.pt" in message
 
 
 def test_random_weights_tiny_size_builds_without_files():
-    adapter = build_llamagen_adapter(weights="random", size="tiny", resolution=64)
+    adapter = llamagen.SPEC.load(weights="random", size="tiny", resolution=64)
     assert isinstance(adapter, LlamaGenAdapter) and adapter.layout.grid_hw == (4, 4)
     assert adapter.encode_prompt("x").extras["conditioning"].shape == (2, CAPTION_TOKENS, 32)
 
@@ -264,3 +264,11 @@ def test_reused_cache_buffers_are_clean(adapter):
 
 def test_draft_trees_and_rows_in_flight_run_on_this_model(small):
     props.check_topologies(small)
+
+
+def test_batched_forward_equals_each_samples_own(adapter):
+    props.check_batched_forward_equals_unbatched(adapter)
+
+
+def test_prefill_of_one_sample_leaves_the_others(adapter):
+    props.check_prefill_leaves_other_samples(adapter)

@@ -93,18 +93,18 @@ def test_cache_after_rollback_equals_fresh_prefill(adapter):
     g = torch.Generator().manual_seed(0)
     seq = torch.randint(101, 101 + adapter.n_codes, (20,), generator=g)
     arange = torch.arange
-    adapter.new_cache(prompt, extra=20)
-    adapter.prefill(prompt, None)
-    clean = adapter.forward(seq, arange(20), None)  # (2, 20, V)
+    cache = adapter.new_cache(1, prompt.length, 20)
+    adapter.prefill(cache, [0], [prompt])
+    clean = adapter.forward(cache, seq[None], arange(20)[None])[0]  # (2, 20, V)
 
-    adapter.new_cache(prompt, extra=20)
-    adapter.prefill(prompt, None)
-    adapter.forward(seq[:5], arange(5), None)
-    adapter.commit(None, arange(5))
+    cache = adapter.new_cache(1, prompt.length, 20)
+    adapter.prefill(cache, [0], [prompt])
+    adapter.forward(cache, seq[:5][None], arange(5)[None])[0]
+    adapter.commit(cache, arange(5)[None])
     garbage = torch.randint(101, 101 + adapter.n_codes, (8,), generator=g)
-    adapter.forward(torch.cat([seq[5:6], garbage]), arange(5, 14), None)  # window with wrong drafts
-    adapter.commit(None, arange(1))  # only x_5 is kept
-    resumed = adapter.forward(seq[6:], arange(6, 20), None)
+    adapter.forward(cache, torch.cat([seq[5:6], garbage])[None], arange(5, 14)[None])  # window with wrong drafts
+    adapter.commit(cache, arange(1)[None])  # only x_5 is kept
+    resumed = adapter.forward(cache, seq[6:][None], arange(6, 20)[None])[0]
     torch.testing.assert_close(resumed, clean[:, 6:], atol=1e-4, rtol=1e-4)
 
 
@@ -116,34 +116,34 @@ def test_masked_window_equals_separate_chains(adapter):
     a = torch.randint(101, 101 + adapter.n_codes, (6,), generator=g)
     b = torch.randint(101, 101 + adapter.n_codes, (5,), generator=g)
     arange = torch.arange
-    adapter.new_cache(prompt, extra=16)
-    adapter.prefill(prompt, None)
-    adapter.forward(a[:1], arange(1), None)
-    adapter.commit(None, arange(1))  # position 0 committed
-    alone_a = adapter.forward(a[1:], arange(1, 6), None)
-    alone_b = adapter.forward(b, arange(1, 6), None)
+    cache = adapter.new_cache(1, prompt.length, 16)
+    adapter.prefill(cache, [0], [prompt])
+    adapter.forward(cache, a[:1][None], arange(1)[None])[0]
+    adapter.commit(cache, arange(1)[None])  # position 0 committed
+    alone_a = adapter.forward(cache, a[1:][None], arange(1, 6)[None])[0]
+    alone_b = adapter.forward(cache, b[None], arange(1, 6)[None])[0]
     both = torch.cat([a[1:], b])
     mask = torch.zeros(10, 10, dtype=torch.bool)
     mask[:5, :5] = torch.ones(5, 5, dtype=torch.bool).tril()
     mask[5:, 5:] = torch.ones(5, 5, dtype=torch.bool).tril()
-    logits = adapter.forward(both, torch.cat([arange(1, 6), arange(1, 6)]), None, mask)
+    logits = adapter.forward(cache, both[None], torch.cat([arange(1, 6), arange(1, 6)])[None], mask[None])[0]
     torch.testing.assert_close(logits[:, :5], alone_a, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(logits[:, 5:], alone_b, atol=1e-4, rtol=1e-4)
-    adapter.commit(None, arange(5, 10))  # keep chain b
-    after = adapter.forward(a[:1], arange(6, 7), None)
+    adapter.commit(cache, arange(5, 10)[None])  # keep chain b
+    after = adapter.forward(cache, a[:1][None], arange(6, 7)[None])[0]
 
-    adapter.new_cache(prompt, extra=16)
-    adapter.prefill(prompt, None)
-    adapter.forward(torch.cat([a[:1], b]), arange(6), None)
-    adapter.commit(None, arange(6))
-    fresh = adapter.forward(a[:1], arange(6, 7), None)
+    cache = adapter.new_cache(1, prompt.length, 16)
+    adapter.prefill(cache, [0], [prompt])
+    adapter.forward(cache, torch.cat([a[:1], b])[None], arange(6)[None])[0]
+    adapter.commit(cache, arange(6)[None])
+    fresh = adapter.forward(cache, a[:1][None], arange(6, 7)[None])[0]
     torch.testing.assert_close(after, fresh, atol=1e-4, rtol=1e-4)
 
 
 def test_cfg_branches_differ(adapter):
     prompt = adapter.encode_prompt("a green circle")
-    adapter.new_cache(prompt, extra=1)
-    logits = adapter.prefill(prompt, None)
+    cache = adapter.new_cache(1, prompt.length, 1)
+    logits = adapter.prefill(cache, [0], [prompt])[0]
     assert not torch.allclose(logits[0], logits[1])
 
 

@@ -15,13 +15,8 @@ pytest.importorskip("transformers")
 import model_properties as props  # noqa: E402
 from hf_fixtures import char_tokenizer, spread_weights  # noqa: E402
 
-from sjdbench.models.lumina import (
-    LuminaAdapter,
-    build_lumina_adapter,
-    grid_token_name,
-    image_code,  # noqa: E402
-    stand_in_vocabulary,
-)
+from sjdbench.models import lumina  # noqa: E402
+from sjdbench.models.lumina import LuminaAdapter, grid_token_name, image_code, stand_in_vocabulary  # noqa: E402
 from sjdbench.models.vqgan import ChameleonVQGAN, VQGANConfig  # noqa: E402
 
 N_CODES = 64
@@ -110,7 +105,7 @@ def hf_model(checkpoints):
 @pytest.fixture(scope="module")
 def adapter(checkpoints):
     root, _ = checkpoints
-    return build_lumina_adapter(path=str(root / "lumina"), vqgan_dir=str(root / "vq"), resolution=RESOLUTION)
+    return lumina.SPEC.load(path=str(root / "lumina"), vqgan_dir=str(root / "vq"), resolution=RESOLUTION)
 
 
 def hf_logits(hf_model, ids: list[int]) -> torch.Tensor:
@@ -124,9 +119,9 @@ def test_logits_equal_transformers_hidden_states_through_lm_head(adapter, hf_mod
     prompt_ids = adapter.prompt_ids("a red cube")
     seq = props.random_image_tokens(adapter, 6, seed=1)
     prompt = adapter.encode_prompt("a red cube")
-    cache = adapter.new_cache(prompt, extra=6)
-    first = adapter.prefill(prompt, cache)
-    window = adapter.forward(seq, torch.arange(6), cache)
+    cache = adapter.new_cache(1, prompt.length, 6)
+    first = adapter.prefill(cache, [0], [prompt])[0]
+    window = props.one_forward(adapter, cache, seq, torch.arange(6))
     expected = hf_logits(hf_model, prompt_ids + seq.tolist())[len(prompt_ids) - 1 :]  # (7, V)
     torch.testing.assert_close(first[0], expected[0], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(window[0], expected[1:], atol=1e-4, rtol=1e-4)
@@ -135,7 +130,7 @@ def test_logits_equal_transformers_hidden_states_through_lm_head(adapter, hf_mod
 def test_image_logits_are_not_masked(adapter, hf_model):
     """transformers' own forward pins every image logit to the dtype minimum; ours keeps lm_head's."""
     prompt = adapter.encode_prompt("a red cube")
-    logits = adapter.prefill(prompt, adapter.new_cache(prompt, extra=1))[0]
+    logits = props.prefilled(adapter, prompt)[0]
     images = adapter.image_token_ids
     with torch.no_grad():
         library = hf_model(input_ids=torch.tensor([adapter.prompt_ids("a red cube")])).logits[0, -1]
@@ -149,20 +144,20 @@ def test_unconditional_row_equals_lumina_unbatched_cfg_context(adapter, hf_model
     header = adapter.layout.forced[:3].tolist()
     seq = torch.cat([torch.tensor(header), props.random_image_tokens(adapter, 5, seed=2)])
     prompt = adapter.encode_prompt("a red cube")
-    cache = adapter.new_cache(prompt, extra=8)
-    adapter.prefill(prompt, cache)
-    ours = adapter.forward(seq, torch.arange(8), cache)[1]
+    cache = adapter.new_cache(1, prompt.length, 8)
+    adapter.prefill(cache, [0], [prompt])
+    ours = props.one_forward(adapter, cache, seq, torch.arange(8))[1]
     torch.testing.assert_close(ours, hf_logits(hf_model, seq.tolist()), atol=1e-4, rtol=1e-4)
 
 
 def test_both_checkpoint_layouts_load_strictly_and_agree(checkpoints, adapter):
     root, _ = checkpoints
-    per_head = build_lumina_adapter(path=str(root / "hf"), vqgan_dir=str(root / "vq"), resolution=RESOLUTION)
+    per_head = lumina.SPEC.load(path=str(root / "hf"), vqgan_dir=str(root / "vq"), resolution=RESOLUTION)
     assert per_head.lm.model.layers[0].self_attn.q_norm.weight.shape == (4, 16)
     assert adapter.lm.model.layers[0].self_attn.q_norm.weight.shape == (1, 16)
     for a in (adapter, per_head):
         prompt = a.encode_prompt("x")
-        a._logits = a.prefill(prompt, a.new_cache(prompt, extra=1))
+        a._logits = props.prefilled(a, prompt)
     torch.testing.assert_close(adapter._logits, per_head._logits, atol=1e-5, rtol=1e-5)
 
 
@@ -247,24 +242,24 @@ def test_missing_vqgan_gives_one_line(checkpoints, tmp_path):
     root, _ = checkpoints
     for vqgan_dir in (None, str(tmp_path)):
         with pytest.raises(FileNotFoundError) as error:
-            build_lumina_adapter(path=str(root / "lumina"), vqgan_dir=vqgan_dir, resolution=RESOLUTION)
+            lumina.SPEC.load(path=str(root / "lumina"), vqgan_dir=vqgan_dir, resolution=RESOLUTION)
         assert "\n" not in str(error.value) and "vqgan" in str(error.value)
 
 
 def test_missing_weights_give_one_line(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
-        build_lumina_adapter(path=str(tmp_path), vqgan_dir=str(tmp_path), resolution=768)
+        lumina.SPEC.load(path=str(tmp_path), vqgan_dir=str(tmp_path), resolution=768)
     message = str(error.value)
     assert "\n" not in message and "config.json" in message and "Alpha-VLLM/Lumina-mGPT-7B-768" in message
 
 
 def test_released_resolutions_only_from_the_hub():
     with pytest.raises(ValueError, match="choose one of: 512, 768, 1024"):
-        build_lumina_adapter(resolution=640)
+        lumina.SPEC.load(resolution=640)
 
 
 def test_random_weights_tiny_size_builds_without_files():
-    adapter = build_lumina_adapter(weights="random", size="tiny", resolution=64)
+    adapter = lumina.SPEC.load(weights="random", size="tiny", resolution=64)
     assert isinstance(adapter, LuminaAdapter) and adapter.vocab_size == 65536
     assert adapter.layout.forced[:3].tolist() == [8197, 8806, 8806] and adapter.layout.forced[-1] == 8196
     assert len(stand_in_vocabulary()) > 8192
@@ -280,3 +275,11 @@ def test_reused_cache_buffers_are_clean(adapter):
 
 def test_draft_trees_and_rows_in_flight_run_on_this_model(adapter):
     props.check_topologies(adapter)
+
+
+def test_batched_forward_equals_each_samples_own(adapter):
+    props.check_batched_forward_equals_unbatched(adapter)
+
+
+def test_prefill_of_one_sample_leaves_the_others(adapter):
+    props.check_prefill_leaves_other_samples(adapter)

@@ -86,45 +86,46 @@ def codes(adapter, n: int, seed: int) -> torch.Tensor:
     )
 
 
-def committed_cache(adapter, prefix: torch.Tensor, extra: int = 40) -> None:
+def committed_cache(adapter, prefix: torch.Tensor, extra: int = 40):
     """A fresh cache holding the prompt and `prefix` (segment positions 0..len-1)."""
     prompt = adapter.encode_prompt(PROMPT)
-    adapter.new_cache(prompt, extra=extra)
-    adapter.prefill(prompt, None)
-    adapter.forward(prefix, torch.arange(prefix.numel()), None)
-    adapter.commit(None, torch.arange(prefix.numel()))
+    cache = adapter.new_cache(1, prompt.length, extra)
+    adapter.prefill(cache, [0], [prompt])
+    adapter.forward(cache, prefix[None], torch.arange(prefix.numel())[None])[0]
+    adapter.commit(cache, torch.arange(prefix.numel())[None])
+    return cache
 
 
 @pytest.mark.parametrize("model", ["debug", "toy"])
 def test_tree_forward_equals_each_path_and_path_compaction_equals_prefill(model, request):
     adapter = request.getfixturevalue(model)
     prefix = codes(adapter, 4, 0)  # positions 0..3 committed; the root re-feeds position 3
-    committed_cache(adapter, prefix[:3])
+    cache = committed_cache(adapter, prefix[:3])
     level1, level2 = codes(adapter, 3, 1), codes(adapter, 2, 2)
     # root; three children; two grandchildren under each child; one more under the first grandchild
     parent = [-1, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4]
     tokens = torch.cat([prefix[3:4], level1, level2.repeat(3), codes(adapter, 1, 3)])
     depth = np.array([0, 1, 1, 1, 2, 2, 2, 2, 2, 2, 3])
     mask = torch.from_numpy(ancestor_mask(np.array(parent)))
-    logits = adapter.forward(tokens, torch.as_tensor(3 + depth), None, mask)  # (2, 11, V)
+    logits = adapter.forward(cache, tokens[None], torch.as_tensor(3 + depth)[None], mask[None])[0]  # (2, 11, V)
 
     def path(slot: int) -> list[int]:
         return ([] if parent[slot] < 0 else path(parent[slot])) + [slot]
 
     for slot in range(len(parent)):
         slots = path(slot)
-        committed_cache(adapter, prefix[:3])
-        alone = adapter.forward(tokens[slots], torch.arange(3, 3 + len(slots)), None)
+        cache = committed_cache(adapter, prefix[:3])
+        alone = adapter.forward(cache, tokens[slots][None], torch.arange(3, 3 + len(slots))[None])[0]
         torch.testing.assert_close(logits[:, slot], alone[:, -1], atol=1e-4, rtol=1e-4)
 
     # keep the path root -> child 2 -> its second grandchild (slots 0, 2, 7): equals prefilling it
-    committed_cache(adapter, prefix[:3])
-    adapter.forward(tokens, torch.as_tensor(3 + depth), None, mask)
-    adapter.commit(None, torch.tensor([0, 2, 7]))
+    cache = committed_cache(adapter, prefix[:3])
+    adapter.forward(cache, tokens[None], torch.as_tensor(3 + depth)[None], mask[None])
+    adapter.commit(cache, torch.tensor([0, 2, 7])[None])
     probe = codes(adapter, 3, 4)
-    after = adapter.forward(probe, torch.arange(6, 9), None)
-    committed_cache(adapter, torch.cat([prefix[:4], tokens[[2, 7]]]))
-    fresh = adapter.forward(probe, torch.arange(6, 9), None)
+    after = adapter.forward(cache, probe[None], torch.arange(6, 9)[None])[0]
+    cache = committed_cache(adapter, torch.cat([prefix[:4], tokens[[2, 7]]]))
+    fresh = adapter.forward(cache, probe[None], torch.arange(6, 9)[None])[0]
     torch.testing.assert_close(after, fresh, atol=1e-4, rtol=1e-4)
 
 
@@ -137,7 +138,7 @@ def test_rows_forward_equals_each_row_and_prefix_compaction_equals_separate_comm
     width = adapter.layout.grid_hw[1] + 1  # a row and its row end token
     committed = codes(adapter, width + 3, 5)  # row 0 (and its end) decided, row 1 decided up to col 2
     committed[width - 1] = 3  # <eol>
-    committed_cache(adapter, committed)
+    cache = committed_cache(adapter, committed)
     a_pos = torch.arange(width + 2, width + 6)  # row 1: re-fed col 2, drafts for cols 3..5
     b_pos = torch.arange(2 * width - 1, 2 * width + 3)  # row 2: its anchor (row 1's end), drafts cols 0..2
     a, b = codes(adapter, 4, 6), codes(adapter, 4, 7)
@@ -147,32 +148,32 @@ def test_rows_forward_equals_each_row_and_prefix_compaction_equals_separate_comm
     mask[:4, :4] = torch.ones(4, 4, dtype=torch.bool).tril()
     mask[4:, 4:] = torch.ones(4, 4, dtype=torch.bool).tril()
     mask[1:4, 0] = False  # row 1's re-fed token is already cached: its drafts see that copy
-    both = adapter.forward(torch.cat([a, b]), torch.cat([a_pos, b_pos]), None, mask)
+    both = adapter.forward(cache, torch.cat([a, b])[None], torch.cat([a_pos, b_pos])[None], mask[None])[0]
 
-    committed_cache(adapter, committed)
-    alone_a = adapter.forward(a[1:], a_pos[1:], None)  # drafts after the cached token
-    root_a = adapter.forward(a[:1], a_pos[:1], None)
-    committed_cache(adapter, committed)
-    alone_b = adapter.forward(b, b_pos, None)
+    cache = committed_cache(adapter, committed)
+    alone_a = adapter.forward(cache, a[1:][None], a_pos[1:][None])[0]  # drafts after the cached token
+    root_a = adapter.forward(cache, a[:1][None], a_pos[:1][None])[0]
+    cache = committed_cache(adapter, committed)
+    alone_b = adapter.forward(cache, b[None], b_pos[None])[0]
     torch.testing.assert_close(both[:, 1:4], alone_a, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(both[:, :1], root_a, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(both[:, 4:], alone_b, atol=1e-4, rtol=1e-4)
 
     # keep row 1's cols 3..4 and row 2's anchor and col 0 (a cache with a hole between the rows),
     # then probe row 1's col 5 and row 2's col 1
-    committed_cache(adapter, committed)
-    adapter.forward(torch.cat([a, b]), torch.cat([a_pos, b_pos]), None, mask)
-    adapter.commit(None, torch.tensor([1, 2, 4, 5]))
+    cache = committed_cache(adapter, committed)
+    adapter.forward(cache, torch.cat([a, b])[None], torch.cat([a_pos, b_pos])[None], mask[None])
+    adapter.commit(cache, torch.tensor([1, 2, 4, 5])[None])
     probe_tokens, probe_pos = torch.cat([a[3:4], b[2:3]]), torch.stack([a_pos[3], b_pos[2]])
     probe_mask = torch.eye(2, dtype=torch.bool)
-    after = adapter.forward(probe_tokens, probe_pos, None, probe_mask)
+    after = adapter.forward(cache, probe_tokens[None], probe_pos[None], probe_mask[None])[0]
 
-    committed_cache(adapter, committed)  # the same keys by separate forwards: row 2 first, as it never saw
-    adapter.forward(b[:2], b_pos[:2], None)  # row 1's cols 3..4
-    adapter.commit(None, torch.arange(2))
-    adapter.forward(a[1:3], a_pos[1:3], None)
-    adapter.commit(None, torch.arange(2))
-    fresh = adapter.forward(probe_tokens, probe_pos, None, probe_mask)
+    cache = committed_cache(adapter, committed)  # the same keys by separate forwards: row 2 first, as it never saw
+    adapter.forward(cache, b[:2][None], b_pos[:2][None])  # row 1's cols 3..4
+    adapter.commit(cache, torch.arange(2)[None])
+    adapter.forward(cache, a[1:3][None], a_pos[1:3][None])
+    adapter.commit(cache, torch.arange(2)[None])
+    fresh = adapter.forward(cache, probe_tokens[None], probe_pos[None], probe_mask[None])[0]
     torch.testing.assert_close(after, fresh, atol=1e-4, rtol=1e-4)
 
 

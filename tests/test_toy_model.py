@@ -1,10 +1,13 @@
-"""The shipped toy model: weights, KV-cache exactness, CFG, and decoding through the loop."""
+"""The shipped toy model and the debug model (the LLaMA adapter): weights, the cache against the plain
+causal forward, the batched contract in fp32 and fp64, CFG, compilation, and decoding through the loop."""
 
 import time
 
+import model_properties as props
 import pytest
 import torch
 
+from sjdbench.models.debug import build_debug_adapter
 from sjdbench.models.llama import segment_index
 from sjdbench.models.llama_adapter import CODE_OFFSET
 from sjdbench.models.toy.model import LM_FILE, META_FILE, TOKENIZER_FILE, WEIGHTS_DIR, build_toy_adapter
@@ -12,8 +15,21 @@ from sjdbench.models.toy.model import LM_FILE, META_FILE, TOKENIZER_FILE, WEIGHT
 
 @pytest.fixture(scope="module")
 def adapter():
-    torch.set_num_threads(2)
     return build_toy_adapter()
+
+
+DEBUG = dict(grid_h=6, grid_w=6, n_codes=32, init_std=0.5)
+MODELS = {
+    "toy": lambda: build_toy_adapter(),
+    "toy-fp64": lambda: build_toy_adapter(dtype="fp64"),
+    "debug": lambda: build_debug_adapter(**DEBUG),
+    "debug-fp64": lambda: build_debug_adapter(**DEBUG, dtype="fp64"),
+}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def each(request):
+    return MODELS[request.param]()
 
 
 def test_shipped_weights_exist_and_load_fast():
@@ -48,7 +64,6 @@ def test_cache_path_equals_full_forward(adapter):
     prompt = adapter.encode_prompt("a big red circle in the center, on a blue striped background")
     seg = _segment(adapter)[:100]
     # full causal forward, no cache
-    adapter.model.clear_cache()
     full = torch.cat([prompt.tokens, seg[None].expand(2, -1)], dim=1)
     mask = torch.cat([prompt.pad_mask, torch.ones(2, seg.numel(), dtype=torch.bool)], dim=1)
     with torch.no_grad():
@@ -58,29 +73,24 @@ def test_cache_path_equals_full_forward(adapter):
             :, prompt.length - 1 :
         ]  # (2, 101, V)
     # cached: prefill, then windows of varied size, each committed
-    adapter.new_cache(prompt, extra=46)
-    first = adapter.prefill(prompt, None)
+    _, cache, first = props.fresh(adapter, prompt.text, 46)
     torch.testing.assert_close(first, ref[:, 0].float(), atol=1e-4, rtol=1e-4)
     start = 0
     for size in (1, 7, 16, 30, 26):
         positions = torch.arange(start, start + size)
-        out = adapter.forward(seg[start : start + size], positions, None)
+        out = props.one_forward(adapter, cache, seg[start : start + size], positions, horizon=start + size)
         torch.testing.assert_close(out, ref[:, start + 1 : start + 1 + size].float(), atol=1e-4, rtol=1e-4)
-        adapter.commit(None, torch.arange(size))
+        props.one_commit(adapter, cache, torch.arange(size))
         start += size
     # a window of wrong drafts, none kept: the true tokens afterwards see only the committed prefix
-    adapter.forward(_segment(adapter, 1)[80:96], torch.arange(80, 96), None)
-    adapter.commit(None, torch.arange(0))
-    out = adapter.forward(seg[80:100], torch.arange(80, 100), None)
+    props.one_forward(adapter, cache, _segment(adapter, 1)[80:96], torch.arange(80, 96))
+    props.one_commit(adapter, cache, torch.arange(0))
+    out = props.one_forward(adapter, cache, seg[80:100], torch.arange(80, 100))
     torch.testing.assert_close(out, ref[:, 81:101].float(), atol=1e-4, rtol=1e-4)
-    adapter.model.clear_cache()
 
 
 def test_cfg_branches_differ(adapter):
-    prompt = adapter.encode_prompt("a small yellow triangle at the top left, on a black cloudy background")
-    adapter.new_cache(prompt, extra=1)
-    logits = adapter.prefill(prompt, None)
-    adapter.model.clear_cache()
+    _, _, logits = props.fresh(adapter, "a small yellow triangle at the top left, on a black cloudy background", 1)
     p = logits.softmax(-1)
     assert 0.5 * (p[0] - p[1]).abs().sum() > 0.05
 
@@ -124,7 +134,6 @@ def test_shipped_weights_embed_segment_positions(adapter):
     P = prompt.length
     full = torch.cat([prompt.tokens, seg[None].expand(2, -1)], dim=1)
     mask = torch.cat([prompt.pad_mask, torch.ones(2, seg.numel(), dtype=torch.bool)], dim=1)
-    adapter.model.clear_cache()
     with torch.no_grad():
         L = full.shape[1]
         at_top = adapter.model(full, torch.arange(L), pad_mask=mask, segment_index=segment_index(L, P))
@@ -136,3 +145,72 @@ def test_shipped_weights_embed_segment_positions(adapter):
     p_top, p_mid = at_top[0, P:].softmax(-1), at_middle[0, P:].softmax(-1)
     tv = 0.5 * (p_top - p_mid).abs().sum(-1)  # (34,)
     assert float(tv.mean()) > 0.05
+
+
+# -- the contract on the toy and debug models, fp32 and fp64 ----------------------------------------
+
+
+def test_batched_forward_equals_each_samples_own(each):
+    props.check_batched_forward_equals_unbatched(each)
+
+
+def test_prefill_of_one_sample_leaves_the_others(each):
+    props.check_prefill_leaves_other_samples(each)
+
+
+def test_rollback_masked_windows_and_reused_cache(each):
+    props.check_rollback_equals_fresh_prefill(each)
+    props.check_masked_window_equals_separate_chains(each)
+    props.check_reused_cache_is_clean(each)
+    props.check_padded_window_equals_unpadded(each)
+
+
+def test_contract_tables_and_dtype(each):
+    props.check_contract_shapes(each)
+    wide = each.model.head.weight.dtype == torch.float64
+    assert each.dtype == (torch.float64 if wide else torch.float32)
+    assert each.gsd_d_thr == (1.5 if each.name == "toy" else 0.5)
+
+
+def test_fp64_is_the_fp32_model_in_double_precision():
+    """The same weights in fp64 give the fp32 logits up to fp32 rounding (and a greedy decode's tokens)."""
+    narrow, wide = MODELS["debug"](), MODELS["debug-fp64"]()
+    _, _, a = props.fresh(narrow, "a red cube", 4)
+    _, _, b = props.fresh(wide, "a red cube", 4)
+    assert b.dtype == torch.float64
+    torch.testing.assert_close(a.double(), b, atol=1e-4, rtol=1e-4)
+    assert torch.equal(props.greedy(narrow, "sjd").tokens, props.greedy(wide, "sjd").tokens)
+
+
+def test_greedy_decodes_through_the_loop(each):
+    props.check_greedy_jacobi_equals_greedy_ar(each)
+
+
+def test_unknown_dtype_lists_the_choices():
+    with pytest.raises(ValueError, match="choose one of: auto, fp32, fp64"):
+        build_debug_adapter(dtype="bf16")
+
+
+@pytest.mark.slow
+def test_compiled_window_forward_equals_eager():
+    """model.compile=true: the window forward is inductor-compiled (static shapes: the window padded to
+    the cache's, the whole cache attended) and gives the eager logits; the prefill stays eager.
+    Slow: a cold compilation takes ~20 s on 2 cores."""
+    eager, compiled = build_toy_adapter(), build_toy_adapter(compile=True)
+    outputs = []
+    for adapter in (eager, compiled):
+        _, cache, _ = props.fresh(adapter, "a red circle", 16)
+        tokens = props.random_image_tokens(adapter, 12, seed=1)
+        props.one_forward(adapter, cache, tokens, torch.arange(12), horizon=12)
+        props.one_commit(adapter, cache, torch.arange(4))
+        outputs.append(props.one_forward(adapter, cache, tokens[4:], torch.arange(4, 12), horizon=12))
+    assert "_compiled" in compiled.__dict__ and "_compiled" not in eager.__dict__
+    torch.testing.assert_close(outputs[1], outputs[0], atol=1e-4, rtol=1e-4)
+
+
+def test_compile_option_reaches_the_adapter():
+    from sjdbench.config import compose_run
+    from sjdbench.models.registry import build_adapter
+
+    config = compose_run(["model=toy", "model.compile=true"])
+    assert build_adapter("toy", dict(config.model.options), "cpu").compile is True

@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sjdbench.errors import UserError
+from sjdbench.models.options import TOP_LEVEL, fold_top_level
 from sjdbench.paths import conf_dir, config_dirs
 
 if TYPE_CHECKING:
@@ -38,29 +39,25 @@ def _part_kinds() -> tuple[str, ...]:
 
 @dataclass
 class ModelConfig:
-    """`options` are the model builder's keyword arguments. The keys below are the ones every real
-    model shares, spelled at the top level (`model.weights=random`); each one that is set (not null)
-    is passed to the builder like an option of the same name."""
+    """`options` are the model's options (sjdbench/models/options.py: the shared ones, extended by each
+    model's own). The keys below are the shared options every real model takes, also spelled at the
+    top level (`model.weights=random`); each one that is set (not null) is passed as the option of the
+    same name. Their list is `models.options.TOP_LEVEL` (a test holds these fields to it)."""
 
     name: str = "debug"
     options: Dict[str, Any] = field(default_factory=dict)
     path: Optional[str] = None  # local weights directory (null: the hub id's cached snapshot)
     weights: Optional[str] = None  # pretrained | random (the architecture with random weights, no download)
-    dtype: Optional[str] = None  # auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp16 | fp32
+    dtype: Optional[str] = None  # auto (bf16 on CUDA, fp32 on CPU) | bf16 | fp16 | fp32 | fp64 (toy, debug)
     resolution: Optional[int] = None  # image side in pixels (Lumina 512/768/1024, LlamaGen 256/512, ...)
     size: Optional[str] = None  # architecture variant (Janus 1B/7B; tiny: a shrunken random model for CPU)
     compile: Optional[bool] = None  # torch.compile the window forward (warm-up decodes absorb compilation)
 
     def __post_init__(self) -> None:
-        for key in ("path", "weights", "dtype", "resolution", "size", "compile"):
-            value = getattr(self, key)
-            if value is None:
-                continue
-            if key in self.options and self.options[key] != value:
-                raise UserError(
-                    f"model.{key}={value} contradicts model.options.{key}={self.options[key]}; set one of them"
-                )
-            self.options = {**self.options, key: value}
+        try:
+            self.options = fold_top_level(self.options, {key: getattr(self, key) for key in TOP_LEVEL})
+        except ValueError as error:
+            raise UserError(str(error)) from None
 
 
 @dataclass

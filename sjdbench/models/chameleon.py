@@ -1,4 +1,4 @@
-"""The Chameleon language model (LLaMA with per-head QK-LayerNorm) with a static windowed KV cache,
+"""The Chameleon language model (LLaMA with per-head QK-LayerNorm) over the shared static cache,
 for Lumina-mGPT.
 
 transformers' `ChameleonForConditionalGeneration` cannot generate images: its forward overwrites
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sjdbench.models.kv_window import StaticKV
+from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.llama import RMSNorm
 
 
@@ -94,12 +94,11 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(H * hd, D, bias=False)
         self.q_norm = HeadLayerNorm(H, cfg.model_parallel_size, hd)
         self.k_norm = HeadLayerNorm(KV, cfg.qk_norm_groups_k or cfg.model_parallel_size, hd)
-        self.kv: StaticKV | None = None
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, write: torch.Tensor, mask: torch.Tensor
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor, cache: WindowCache, layer: int
     ) -> torch.Tensor:
-        """x (B, L, D); cos/sin (B, L, hd); write (L,) cache entries; mask (B, 1, L, entries)."""
+        """x (B, L, D); cos/sin (B, L, hd); mask (B, 1, L, keys); keys stored and read through the cache."""
         B, L, _ = x.shape
         H, KV, hd = self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_dim
         q = self.q_norm(self.q_proj(x).view(B, L, H, hd)).transpose(1, 2)  # (B, H, L, hd)
@@ -108,7 +107,7 @@ class Attention(nn.Module):
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, L, hd)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        keys, values = self.kv.write(write, k, v)  # (B, KV, entries, hd)
+        keys, values = cache.update(layer, k, v)  # (B, KV, keys, hd)
         if KV != H:
             keys, values = keys.repeat_interleave(H // KV, dim=1), values.repeat_interleave(H // KV, dim=1)
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, H, L, hd)
@@ -134,8 +133,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, write, mask) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, write, mask)
+    def forward(self, x, cos, sin, mask, cache: WindowCache, layer: int) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -149,8 +148,8 @@ class Backbone(nn.Module):
 
 class ChameleonLM(nn.Module):
     """`model.*` backbone and `lm_head`, as in the HF-format checkpoint. `forward` runs the backbone
-    over input vectors at cache entries `write` with rotary positions (B, L) and returns the final
-    hidden states; `lm_head` is applied by the caller to the rows it needs."""
+    over input vectors at rotary positions (B, L) through a cache and returns the final hidden
+    states; `lm_head` is applied by the caller to the rows it needs."""
 
     def __init__(self, cfg: ChameleonLMConfig) -> None:
         super().__init__()
@@ -161,19 +160,9 @@ class ChameleonLM(nn.Module):
         inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, half, dtype=torch.float32) * 2 / cfg.head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
-    def setup_cache(self, batch: int, entries: int) -> None:
-        """Static caches of `entries` per row; the previous image's buffers are reused when they fit."""
-        p = self.lm_head.weight
-        for layer in self.model.layers:
-            kv = layer.self_attn.kv
-            if kv is None or not kv.fits(batch, entries, p.dtype):
-                layer.self_attn.kv = StaticKV(
-                    batch, self.cfg.num_key_value_heads, entries, self.cfg.head_dim, p.dtype, p.device
-                )
-
-    def copy_cache(self, source: torch.Tensor, destination: torch.Tensor) -> None:
-        for layer in self.model.layers:
-            layer.self_attn.kv.copy(source, destination)
+    def kv_shape(self) -> KVShape:
+        cfg = self.cfg
+        return KVShape(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, self.lm_head.weight.dtype)
 
     def rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """positions (B, L) -> cos, sin (B, L, head_dim), computed in fp32 like transformers' RoPE."""
@@ -181,10 +170,8 @@ class ChameleonLM(nn.Module):
         angles = torch.cat([freqs, freqs], dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
-    def forward(
-        self, x: torch.Tensor, write: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: WindowCache) -> torch.Tensor:
         cos, sin = self.rotary(positions, x.dtype)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, write, mask)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, mask, cache, i)
         return self.model.norm(x)

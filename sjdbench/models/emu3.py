@@ -21,21 +21,21 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 import torch
 
 from sjdbench.adapter import PromptBatch, Sampling, SegmentLayout
 from sjdbench.models import hf_common
-from sjdbench.models.gsd_threshold import nearest_neighbour_threshold
+from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.images import to_uint8
-from sjdbench.models.kv_window import CacheBook
+from sjdbench.models.options import CheckpointOptions
+from sjdbench.models.registry import ModelSpec
 from sjdbench.models.windowed import WindowedAdapter
 
 HUB = "BAAI/Emu3-Gen-hf"
 HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.tiktoken", "tokenizer*"]
-SIZES = ("8B", "tiny")
 DEFAULT_SAMPLING = Sampling(cfg_scale=3.0, temperature=1.0, top_k=2048, top_p=1.0)
 POSITIVE_PROMPT = " masterpiece, film grained, best quality."
 NEGATIVE_PROMPT = (
@@ -96,6 +96,19 @@ def emu3_layout(height: int, width: int, tokens: Emu3Tokens) -> SegmentLayout:
     )
 
 
+@dataclass
+class Emu3Options(CheckpointOptions):
+    sizes: ClassVar[tuple[str, ...]] = ("8B",)
+    resolution_step: ClassVar[int] = SPATIAL
+
+    cfg_scale: float = DEFAULT_SAMPLING.cfg_scale
+    top_k: int = DEFAULT_SAMPLING.top_k
+    size: str = "8B"
+    resolution: int = 720  # BAAI's image_area of 720x720
+    positive_prompt: str = POSITIVE_PROMPT
+    negative_prompt: str = NEGATIVE_PROMPT
+
+
 class Emu3Adapter(WindowedAdapter):
     def __init__(
         self,
@@ -105,26 +118,28 @@ class Emu3Adapter(WindowedAdapter):
         height: int,
         width: int,
         sampling: Sampling = DEFAULT_SAMPLING,
-        name: str = "emu3",
         compile: bool = False,
         positive_prompt: str = POSITIVE_PROMPT,
         negative_prompt: str = NEGATIVE_PROMPT,
     ) -> None:
-        self.name, self.compile = name, compile
         self.model = hf_common.hf_modules_eval(model)
         self.lm = model.model.text_model
         self.tokens = Emu3Tokens.from_vocabulary(vocabulary)
         self.height, self.width = height, width
-        self.layout = emu3_layout(height, width, self.tokens)
-        self.vocab_size = int(model.config.text_config.vocab_size)
-        self.device = next(model.parameters()).device
-        self.image_token_ids = visual_token_ids(vocabulary).to(self.device)
-        self.default_sampling = sampling
         self.positive_prompt, self.negative_prompt = positive_prompt, negative_prompt
         self._encode_text = encode_text  # full prompt string -> ids (BOS and image prefix included)
         self._cache_keyword = hf_common.cache_keyword(self.lm)
-        self._hf_cache: Any = None
-        self._gsd_d_thr: float | None = None
+        super().__init__(
+            "emu3",
+            emu3_layout(height, width, self.tokens),
+            int(model.config.text_config.vocab_size),
+            visual_token_ids(vocabulary),
+            sampling,
+            next(model.parameters()).device,
+            codebook=lambda: self.model.model.vqmodel.quantize.embedding.weight.detach().float(),  # (32768, 4)
+            token_embeddings=lambda: self.lm.embed_tokens.weight.detach().float(),
+            compile=compile,
+        )
         code_of = torch.full((self.vocab_size,), -1, dtype=torch.long)
         code_of[self.image_token_ids.cpu()] = torch.arange(self.image_token_ids.numel())
         self._code_of = code_of
@@ -147,41 +162,20 @@ class Emu3Adapter(WindowedAdapter):
         return PromptBatch(tokens.to(self.device), pad_mask.to(self.device), text=text)
 
     # -- WindowedAdapter hooks --------------------------------------------------------------
-    def _allocate(self, book: CacheBook) -> None:
-        cfg = self.lm.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        dtype = self.lm.embed_tokens.weight.dtype
-        self._hf_cache = hf_common.windowed_hf_cache(
-            self._hf_cache,
-            cfg.num_hidden_layers,
-            book.batch,
-            cfg.num_key_value_heads,
-            head_dim,
-            book.size,
-            dtype,
-            self.device,
-        )
+    def _kv_shape(self) -> KVShape:
+        return hf_common.kv_shape(self.lm)
 
-    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
+    def _bind(self, cache: WindowCache) -> Any:
+        return hf_common.hf_cache_view(cache, self.lm.config.num_hidden_layers)
+
+    def _embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return self.lm.embed_tokens(tokens)
 
-    def _run(self, x: torch.Tensor, write: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        self._hf_cache.write = write
-        additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask, torch.finfo(x.dtype).min)
-        out = self.lm(
-            inputs_embeds=x,
-            attention_mask=additive,
-            position_ids=rotary,
-            use_cache=True,
-            **{self._cache_keyword: self._hf_cache},
-        )
-        return out.last_hidden_state
+    def _run(self, x: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor, cache: WindowCache) -> torch.Tensor:
+        return hf_common.run_hf(self.lm, self._cache_keyword, x, rotary, mask, cache)
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.lm_head(hidden)
-
-    def _commit_kv(self, source: torch.Tensor, destination: torch.Tensor) -> None:
-        self._hf_cache.copy(source, destination)
 
     # -- tokens <-> images ------------------------------------------------------------------
     def tokens_to_codes(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -193,19 +187,6 @@ class Emu3Adapter(WindowedAdapter):
         codes = self.tokens_to_codes(tokens).to(self.device)
         pixels = self.model.model.vqmodel.decode(codes[None])  # (1, 3, 8H, 8W) in [-1, 1]
         return to_uint8(pixels[0])
-
-    def codebook(self) -> torch.Tensor:
-        return self.model.model.vqmodel.quantize.embedding.weight.detach().float()  # (32768, 4), code order
-
-    @torch.inference_mode()
-    def token_embeddings(self) -> torch.Tensor:
-        return self.lm.embed_tokens.weight.detach().float()
-
-    @property
-    def gsd_d_thr(self) -> float:
-        if self._gsd_d_thr is None:
-            self._gsd_d_thr = nearest_neighbour_threshold(self.token_embeddings()[self.image_token_ids])
-        return self._gsd_d_thr
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -243,83 +224,40 @@ def random_config(size: str) -> Any:
     return Emu3Config(text_config=text, vq_config=vq, vocabulary_map=stand_in_vocabulary())
 
 
-def build_emu3_adapter(
-    path: str | None = None,
-    weights: str = "pretrained",
-    size: str = "8B",
-    resolution: int = 720,
-    dtype: str = "auto",
-    compile: bool = False,
-    cfg_scale: float = DEFAULT_SAMPLING.cfg_scale,
-    temperature: float = DEFAULT_SAMPLING.temperature,
-    top_k: int = DEFAULT_SAMPLING.top_k,
-    top_p: float = DEFAULT_SAMPLING.top_p,
-    positive_prompt: str = POSITIVE_PROMPT,
-    negative_prompt: str = NEGATIVE_PROMPT,
-    init_seed: int = 0,
-    device: str = "cpu",
-) -> Emu3Adapter:
+def build(options: Emu3Options, device: str) -> Emu3Adapter:
+    o = options
     transformers = hf_common.require_transformers("emu3")
-    random_weights = hf_common.check_weights_choice(weights)
-    hf_common.check_choice("model.size", size, SIZES if random_weights else SIZES[:1])
-    if resolution % SPATIAL or resolution < 2 * SPATIAL:
-        raise ValueError(f"resolution {resolution} must be a multiple of {SPATIAL} (Emu3-Gen: 720)")
-    torch_dtype = hf_common.resolve_dtype(dtype, device)
-    sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p)
-    side = resolution // SPATIAL  # 1:1 images; the processor's rule for image_area = resolution²
-    prefix = f"{side}*{side}"
-
-    if random_weights:
-        hf_common.seed_everything(init_seed)
-        config = random_config(size)
+    side = o.resolution // SPATIAL  # 1:1 images; the processor's rule for image_area = resolution²
+    prompts = dict(positive_prompt=o.positive_prompt, negative_prompt=o.negative_prompt)
+    if o.random:
+        hf_common.seed_everything(o.init_seed)
+        config = random_config(o.size)
         with torch.device(device):
             model = transformers.Emu3ForConditionalGeneration._from_config(
-                config, dtype=torch_dtype, attn_implementation="sdpa"
+                config, dtype=o.torch_dtype(device), attn_implementation="sdpa"
             )
         vocabulary = config.vocabulary_map
         tokens = Emu3Tokens.from_vocabulary(vocabulary)
 
         def encode(text: str) -> list[int]:
-            digits = hf_common.stand_in_ids(prefix, 1000, 9)
+            digits = hf_common.stand_in_ids(f"{side}*{side}", 1000, 9)
             return [tokens.bos, *hf_common.stand_in_ids(text, 2000, 140000), tokens.boi, *digits, tokens.wrapper]
 
-        return Emu3Adapter(
-            model,
-            encode,
-            vocabulary,
-            side,
-            side,
-            sampling,
-            compile=compile,
-            positive_prompt=positive_prompt,
-            negative_prompt=negative_prompt,
-        )
+        return Emu3Adapter(model, encode, vocabulary, side, side, o.sampling(), o.compile, **prompts)
 
-    root = emu3_weights_dir(path)
-    model = hf_common.load_pretrained(transformers.Emu3ForConditionalGeneration, root, torch_dtype, device, "emu3")
+    root = emu3_weights_dir(o.path)
+    model_class = transformers.Emu3ForConditionalGeneration
+    model = hf_common.load_pretrained(model_class, root, o.torch_dtype(device), device, "emu3")
     processor = transformers.Emu3Processor.from_pretrained(root)
 
     def encode(text: str) -> list[int]:
+        area = o.resolution * o.resolution
         inputs = processor(
-            text=[text],
-            return_for_image_generation=True,
-            ratio="1:1",
-            image_area=resolution * resolution,
-            return_tensors="pt",
+            text=[text], return_for_image_generation=True, ratio="1:1", image_area=area, return_tensors="pt"
         )
         return inputs.input_ids[0].tolist()
 
-    return Emu3Adapter(
-        model,
-        encode,
-        model.config.vocabulary_map,
-        side,
-        side,
-        sampling,
-        compile=compile,
-        positive_prompt=positive_prompt,
-        negative_prompt=negative_prompt,
-    )
+    return Emu3Adapter(model, encode, model.config.vocabulary_map, side, side, o.sampling(), o.compile, **prompts)
 
 
 def emu3_weights_dir(path: str | None):
@@ -332,7 +270,6 @@ def emu3_weights_dir(path: str | None):
     return root
 
 
-def weights_fingerprint(path: str | None = None, weights: str = "pretrained", size: str = "8B") -> str:
-    if weights == "random":
-        return f"random weights ({size}): meaningless tokens"
-    return hf_common.file_fingerprint(emu3_weights_dir(path).glob("*.safetensors"))
+SPEC = ModelSpec(
+    Emu3Options, build, fingerprint=lambda o: o.fingerprint(lambda: emu3_weights_dir(o.path).glob("*.safetensors"))
+)

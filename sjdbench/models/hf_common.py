@@ -1,7 +1,8 @@
 """What the real-model adapters share: the supported transformers range, where weights come from (a
-local directory or the Hugging Face hub, with one clear line when they are missing), dtypes, the
-weights=random switch, a prompt stand-in when no tokenizer files exist, and a transformers `Cache`
-over the same two-region static layout as `llama.KVCache`.
+local directory or the Hugging Face hub, with one clear line when they are missing), building random
+weights, a prompt stand-in when no tokenizer files exist, and a transformers `Cache` view of the
+shared static cache (`cache.WindowCache`). Their options (weights, size, resolution, dtype) are
+checked in `options.CheckpointOptions`.
 
 transformers and huggingface_hub are imported inside functions: listing models or loading the toy
 never pays for them.
@@ -29,8 +30,6 @@ from sjdbench.errors import UserError
 TRANSFORMERS_MIN = "5.5.0"
 TRANSFORMERS_BELOW = "6"
 TRANSFORMERS_RANGE = f">={TRANSFORMERS_MIN},<{TRANSFORMERS_BELOW}"
-WEIGHT_CHOICES = ("pretrained", "random")
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -58,27 +57,6 @@ def require_transformers(model: str) -> Any:
 
     transformers.logging.set_verbosity_error()  # deprecation chatter would bury the run's own output
     return transformers
-
-
-def check_weights_choice(weights: str) -> bool:
-    """True for random weights; a bad value is a one-line error listing the choices."""
-    if weights not in WEIGHT_CHOICES:
-        raise ValueError(f"weights '{weights}' is unknown; choose one of: {', '.join(WEIGHT_CHOICES)}")
-    return weights == "random"
-
-
-def check_choice(what: str, value: Any, choices: Iterable[Any]) -> None:
-    choices = list(choices)
-    if value not in choices:
-        raise ValueError(f"{what} {value!r} is not available; choose one of: {', '.join(map(str, choices))}")
-
-
-def resolve_dtype(dtype: str, device: str) -> torch.dtype:
-    """auto: bf16 on CUDA (the precision the released pipelines use), fp32 on CPU."""
-    if dtype == "auto":
-        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
-    check_choice("dtype", dtype, ["auto", *DTYPES])
-    return DTYPES[dtype]
 
 
 def seed_everything(seed: int) -> None:
@@ -168,25 +146,13 @@ def stand_in_ids(text: str, first: int, count: int) -> list[int]:
     return [first + (byte % count) for byte in text.encode("utf-8")]
 
 
-# -- a transformers Cache over the two-region static layout ------------------------------------
-def windowed_hf_cache(
-    previous: Any,
-    num_layers: int,
-    batch: int,
-    num_kv_heads: int,
-    head_dim: int,
-    size: int,
-    dtype: torch.dtype,
-    device: torch.device,
-) -> Any:
-    """A `transformers.Cache` whose layers are fixed (batch, kv_heads, size, head_dim) buffers (the
-    previous image's cache when it fits: no reallocation, one class, so a compiled forward keeps its
-    graph). The adapter sets `cache.write` (entries (L,)) before each forward; every layer writes its
-    new keys and values there and returns the whole buffer, which the adapter's 4-D mask restricts.
+# -- a transformers Cache over the shared static cache -----------------------------------------
+def hf_cache_view(cache: Any, num_layers: int) -> Any:
+    """A `transformers.Cache` whose layers store and read their keys and values through the shared
+    `cache.WindowCache` (`cache.update(layer, k, v)`): the transformers model runs the same cache,
+    masks and window as every other model (the adapter passes explicit 4-D masks and positions).
     Nothing is ever appended or cropped, so no allocation happens while decoding."""
-    if previous is not None and previous.fits(batch, size, dtype):
-        return previous
-    return _windowed_cache_class()(num_layers, batch, num_kv_heads, head_dim, size, dtype, device)
+    return _windowed_cache_class()(cache, num_layers)
 
 
 @functools.cache
@@ -197,65 +163,55 @@ def _windowed_cache_class() -> type:
         is_compileable = True
         is_sliding = False
 
-        def __init__(self, owner: Any, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:
+        def __init__(self, owner: Any, index: int) -> None:
             super().__init__()
-            self.owner, self.size = owner, shape[2]
-            self.keys = torch.zeros(shape, dtype=dtype, device=device)
-            self.values = torch.zeros(shape, dtype=dtype, device=device)
-            self.device, self.is_initialized = device, True
+            self.owner, self.index = owner, index
+            self.device, self.is_initialized = owner.device, True
 
         def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
             return None
 
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
-            index = self.owner.write
-            self.keys[:, :, index] = key_states.to(self.keys.dtype)
-            self.values[:, :, index] = value_states.to(self.values.dtype)
-            return self.keys, self.values
+            return self.owner.update(self.index, key_states, value_states)
 
         # the abstract interface of transformers' cache layers (its names changed within 5.x; the
         # adapters pass explicit 4-D masks and positions, so none of these is consulted)
         def get_mask_sizes(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
-            return self.size, 0
+            return self.owner.size, 0
 
         def get_seq_length(self) -> int:
-            return self.size
+            return self.owner.size
 
         def get_max_length(self) -> int:
-            return self.size
+            return self.owner.size
 
         def get_max_cache_shape(self) -> int:
-            return self.size
-
-        def copy(self, source: torch.Tensor, destination: torch.Tensor) -> None:
-            self.keys[:, :, destination] = self.keys[:, :, source]
-            self.values[:, :, destination] = self.values[:, :, source]
+            return self.owner.size
 
     class WindowedHFCache(Cache):
-        def __init__(
-            self,
-            num_layers: int,
-            batch: int,
-            num_kv_heads: int,
-            head_dim: int,
-            size: int,
-            dtype: torch.dtype,
-            device: torch.device,
-        ) -> None:
-            self.write = torch.zeros(0, dtype=torch.long, device=device)
-            shape = (batch, num_kv_heads, size, head_dim)
-            super().__init__(layers=[WindowedLayer(self, shape, dtype, device) for _ in range(num_layers)])
-
-        def fits(self, batch: int, size: int, dtype: torch.dtype) -> bool:
-            keys = self.layers[0].keys
-            return keys.shape[0] == batch and keys.shape[2] == size and keys.dtype == dtype
-
-        def copy(self, source: torch.Tensor, destination: torch.Tensor) -> None:
-            """Commit: copy entries `source` (k,) to `destination` (k,) in every layer."""
-            for layer in self.layers:
-                layer.copy(source, destination)
+        def __init__(self, owner: Any, num_layers: int) -> None:
+            super().__init__(layers=[WindowedLayer(owner, i) for i in range(num_layers)])
 
     return WindowedHFCache
+
+
+def kv_shape(lm: Any) -> Any:
+    """What a transformers language model's cache holds per row and entry."""
+    from sjdbench.models.cache import KVShape
+
+    cfg = lm.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return KVShape(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim, lm.embed_tokens.weight.dtype)
+
+
+def run_hf(
+    lm: Any, keyword: str, x: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor, cache: Any
+) -> torch.Tensor:
+    """A transformers language model over input vectors x (R, L, D) at rotary positions (R, L) with a
+    boolean mask (R, 1, L, keys), through the cache's transformers view -> final hidden (R, L, D)."""
+    additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask, torch.finfo(x.dtype).min)
+    out = lm(inputs_embeds=x, attention_mask=additive, position_ids=rotary, use_cache=True, **{keyword: cache.bound})
+    return out.last_hidden_state
 
 
 def cache_keyword(module: torch.nn.Module) -> str:

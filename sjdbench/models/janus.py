@@ -16,20 +16,20 @@ unless top_k=0 is passed; see docs/MODELS.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Optional
 
 import numpy as np
 import torch
 
 from sjdbench.adapter import PromptBatch, Sampling, SegmentLayout
 from sjdbench.models import hf_common
-from sjdbench.models.gsd_threshold import nearest_neighbour_threshold
+from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.images import to_uint8
-from sjdbench.models.kv_window import CacheBook
+from sjdbench.models.options import CheckpointOptions
+from sjdbench.models.registry import ModelSpec
 from sjdbench.models.windowed import WindowedAdapter
 
 HUB = {"1B": "deepseek-community/Janus-Pro-1B", "7B": "deepseek-community/Janus-Pro-7B"}
-SIZES = ("1B", "7B", "tiny")
 DEFAULT_SAMPLING = Sampling(cfg_scale=5.0, temperature=1.0, top_k=0, top_p=1.0)
 HUB_FILES = ["*.json", "*.safetensors", "*.jinja", "tokenizer*"]
 
@@ -57,6 +57,18 @@ class JanusTokens:
     pad: int
 
 
+@dataclass
+class JanusOptions(CheckpointOptions):
+    sizes: ClassVar[tuple[str, ...]] = tuple(HUB)
+    resolution_step: ClassVar[int] = 16
+    released_resolutions: ClassVar[Optional[tuple[int, ...]]] = (384,)  # the released models generate 384 px only
+
+    cfg_scale: float = DEFAULT_SAMPLING.cfg_scale
+    top_k: int = DEFAULT_SAMPLING.top_k
+    size: str = "7B"
+    resolution: int = 384
+
+
 class JanusAdapter(WindowedAdapter):
     def __init__(
         self,
@@ -64,23 +76,25 @@ class JanusAdapter(WindowedAdapter):
         encode_text: Callable[[str], list[int]],
         tokens: JanusTokens,
         sampling: Sampling = DEFAULT_SAMPLING,
-        name: str = "janus",
         compile: bool = False,
     ) -> None:
-        self.name, self.compile = name, compile
         self.model = hf_common.hf_modules_eval(model)
         self.lm = model.model.language_model
         self.tokens, self._encode_text = tokens, encode_text
+        self._cache_keyword = hf_common.cache_keyword(self.lm)
         vq = model.config.vq_config
         side = int(vq.num_patches)
-        self.layout = SegmentLayout.grid(side, side)
-        self.vocab_size = int(vq.num_embeddings)
-        self.device = next(model.parameters()).device
-        self.image_token_ids = torch.arange(self.vocab_size, device=self.device)
-        self.default_sampling = sampling
-        self._cache_keyword = hf_common.cache_keyword(self.lm)
-        self._hf_cache: Any = None
-        self._gsd_d_thr: float | None = None
+        super().__init__(
+            "janus",
+            SegmentLayout.grid(side, side),
+            int(vq.num_embeddings),
+            torch.arange(int(vq.num_embeddings)),
+            sampling,
+            next(model.parameters()).device,
+            codebook=self._normalised_codebook,
+            token_embeddings=self._code_inputs,
+            compile=compile,
+        )
 
     # -- prompt -----------------------------------------------------------------------------
     def encode_prompt(self, text: str) -> PromptBatch:
@@ -91,44 +105,23 @@ class JanusAdapter(WindowedAdapter):
         return PromptBatch(tokens, torch.ones_like(tokens, dtype=torch.bool), text=text)
 
     # -- WindowedAdapter hooks --------------------------------------------------------------
-    def _allocate(self, book: CacheBook) -> None:
-        cfg = self.lm.config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        dtype = self.lm.embed_tokens.weight.dtype
-        self._hf_cache = hf_common.windowed_hf_cache(
-            self._hf_cache,
-            cfg.num_hidden_layers,
-            book.batch,
-            cfg.num_key_value_heads,
-            head_dim,
-            book.size,
-            dtype,
-            self.device,
-        )
+    def _kv_shape(self) -> KVShape:
+        return hf_common.kv_shape(self.lm)
+
+    def _bind(self, cache: WindowCache) -> Any:
+        return hf_common.hf_cache_view(cache, self.lm.config.num_hidden_layers)
 
     def _prompt_inputs(self, prompt: PromptBatch) -> torch.Tensor:
         return self.model.get_input_embeddings()(prompt.tokens)  # (2, P, D)
 
-    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.model.prepare_embeddings_for_image_generation(tokens)  # (2, L, D)
+    def _embed(self, tokens: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        return self.model.prepare_embeddings_for_image_generation(tokens)  # (R, L, D)
 
-    def _run(self, x: torch.Tensor, write: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        self._hf_cache.write = write
-        additive = torch.zeros(mask.shape, dtype=x.dtype, device=x.device).masked_fill_(~mask, torch.finfo(x.dtype).min)
-        out = self.lm(
-            inputs_embeds=x,
-            attention_mask=additive,
-            position_ids=rotary,
-            use_cache=True,
-            **{self._cache_keyword: self._hf_cache},
-        )
-        return out.last_hidden_state  # (2, L, D)
+    def _run(self, x: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor, cache: WindowCache) -> torch.Tensor:
+        return hf_common.run_hf(self.lm, self._cache_keyword, x, rotary, mask, cache)
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.model.model.generation_head(hidden)  # (2, L, 16384)
-
-    def _commit_kv(self, source: torch.Tensor, destination: torch.Tensor) -> None:
-        self._hf_cache.copy(source, destination)
+        return self.model.model.generation_head(hidden)  # (R, L, 16384)
 
     # -- tokens <-> images ------------------------------------------------------------------
     @torch.inference_mode()
@@ -137,21 +130,15 @@ class JanusAdapter(WindowedAdapter):
         pixels = self.model.decode_image_tokens(codes)  # (1, H, W, 3) in [-1, 1]
         return to_uint8(pixels[0])
 
-    def codebook(self) -> torch.Tensor:
+    def _normalised_codebook(self) -> torch.Tensor:
         """L2-normalised VQ vectors in code order: the vectors the decoder actually receives."""
         weight = self.model.model.vqmodel.quantize.embedding.weight.detach().float()
         return torch.nn.functional.normalize(weight, dim=-1)
 
     @torch.inference_mode()
-    def token_embeddings(self) -> torch.Tensor:
+    def _code_inputs(self) -> torch.Tensor:
         """The LM inputs of the 16384 codes (generation_aligner(generation_embeddings))."""
-        return self._embed(self.image_token_ids[None])[0].float()
-
-    @property
-    def gsd_d_thr(self) -> float:
-        if self._gsd_d_thr is None:
-            self._gsd_d_thr = nearest_neighbour_threshold(self.token_embeddings())
-        return self._gsd_d_thr
+        return self._embed(self.image_token_ids[None], None)[0].float()
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -185,45 +172,26 @@ def random_config(size: str, resolution: int) -> Any:
     return JanusConfig(text_config=text, vision_config=vision, vq_config=vq, image_token_id=100581)
 
 
-def build_janus_adapter(
-    path: str | None = None,
-    weights: str = "pretrained",
-    size: str = "7B",
-    resolution: int = 384,
-    dtype: str = "auto",
-    compile: bool = False,
-    cfg_scale: float = DEFAULT_SAMPLING.cfg_scale,
-    temperature: float = DEFAULT_SAMPLING.temperature,
-    top_k: int = DEFAULT_SAMPLING.top_k,
-    top_p: float = DEFAULT_SAMPLING.top_p,
-    init_seed: int = 0,
-    device: str = "cpu",
-) -> JanusAdapter:
+def build(options: JanusOptions, device: str) -> JanusAdapter:
+    o = options
     transformers = hf_common.require_transformers("janus")
-    random_weights = hf_common.check_weights_choice(weights)
-    hf_common.check_choice("model.size", size, SIZES if random_weights else HUB)
-    torch_dtype = hf_common.resolve_dtype(dtype, device)
-    sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p)
-    if random_weights:
-        if resolution % 16 or resolution < 32:
-            raise ValueError(f"resolution {resolution} must be a multiple of 16 (Janus-Pro: 384)")
-        hf_common.seed_everything(init_seed)
-        config = random_config(size, resolution)
+    if o.random:
+        hf_common.seed_everything(o.init_seed)
+        config = random_config(o.size, o.resolution)
         with torch.device(device):
             model = transformers.JanusForConditionalGeneration._from_config(
-                config, dtype=torch_dtype, attn_implementation="sdpa"
+                config, dtype=o.torch_dtype(device), attn_implementation="sdpa"
             )
         tokens = JanusTokens(bos=BOS_ID, boi=BOI_ID, pad=PAD_ID)
 
         def encode(text: str) -> list[int]:
             return [BOS_ID] + hf_common.stand_in_ids(f"<|User|>: {text}\n\n<|Assistant|>:", 1000, 90000) + [BOI_ID]
 
-        return JanusAdapter(model, encode, tokens, sampling, compile=compile)
+        return JanusAdapter(model, encode, tokens, o.sampling(), o.compile)
 
-    if resolution != 384:
-        raise ValueError(f"resolution {resolution}: the released Janus-Pro models generate 384 px only")
-    root = janus_weights_dir(path, size)
-    model = hf_common.load_pretrained(transformers.JanusForConditionalGeneration, root, torch_dtype, device, "janus")
+    root = janus_weights_dir(o.path, o.size)
+    model_class = transformers.JanusForConditionalGeneration
+    model = hf_common.load_pretrained(model_class, root, o.torch_dtype(device), device, "janus")
     processor = transformers.JanusProcessor.from_pretrained(root)
     tokenizer = processor.tokenizer
     tokens = JanusTokens(
@@ -237,7 +205,7 @@ def build_janus_adapter(
         prompt = processor.apply_chat_template(messages, add_generation_prompt=True)
         return processor(text=prompt, generation_mode="image", return_tensors="pt").input_ids[0].tolist()
 
-    return JanusAdapter(model, encode, tokens, sampling, compile=compile)
+    return JanusAdapter(model, encode, tokens, o.sampling(), o.compile)
 
 
 def janus_weights_dir(path: str | None, size: str):
@@ -250,9 +218,8 @@ def janus_weights_dir(path: str | None, size: str):
     return root
 
 
-def weights_fingerprint(path: str | None = None, weights: str = "pretrained", size: str = "7B") -> str:
-    """Identity of the weights a run loads (part of its run id)."""
-    if weights == "random":
-        return f"random weights ({size}): meaningless tokens"
-    root = janus_weights_dir(path, size)
-    return hf_common.file_fingerprint(root.glob("*.safetensors"))
+SPEC = ModelSpec(
+    JanusOptions,
+    build,
+    fingerprint=lambda o: o.fingerprint(lambda: janus_weights_dir(o.path, o.size).glob("*.safetensors")),
+)

@@ -17,7 +17,9 @@ import numpy as np
 import torch
 
 from sjdbench.adapter import PromptBatch, Sampling, SegmentLayout
+from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.llama import Llama
+from sjdbench.models.windowed import WindowedAdapter
 
 PAD, BOS, BOI, EOL, EOI = 0, 1, 2, 3, 4
 TEXT_OFFSET = 5
@@ -44,10 +46,13 @@ def prompt_tokens(caption: str | None, encode: Callable[[str], list[int]] = enco
     return [BOS] + ([] if caption is None else encode(caption)) + [BOI]
 
 
-class LlamaImageAdapter:
-    """Drives a `Llama` whose generated segment is a (h, w) grid of codes, optional <eol>/<eoi>."""
+class LlamaImageAdapter(WindowedAdapter):
+    """Drives a `Llama` whose generated segment is a (h, w) grid of codes, optional <eol>/<eoi>, over
+    the shared static cache. Rotary positions count the sample's whole prompt, padding included (as
+    the toy was trained: left-padded prompts at positions 0..P-1, segment position j at P + j), and
+    each segment token adds the embedding of its segment index (models with cfg.segment_len > 0)."""
 
-    gsd_d_thr: float = 0.5  # GSD's embedding-distance threshold in this model's units (see the GSD verifier)
+    own_positions = True
 
     def __init__(
         self,
@@ -59,22 +64,29 @@ class LlamaImageAdapter:
         decode_codes: Callable[[torch.Tensor], np.ndarray],
         codebook: torch.Tensor,
         encode_text: Callable[[str], list[int]] = encode_text,
+        gsd_d_thr: float = 0.5,
+        compile: bool = False,
     ) -> None:
-        self.name = name
+        """gsd_d_thr: GSD's embedding-distance threshold in this model's units (see the GSD verifier)."""
         self.model = model.eval()
         self.n_codes = n_codes
-        self.vocab_size = vocab_size_for(n_codes)
-        self.layout = layout
-        self.default_sampling = sampling
         self._decode_codes = decode_codes
-        self._codebook = codebook
         self._encode_text = encode_text  # caption -> text ids (characters by default; words for the toy)
-        self.device = next(model.parameters()).device
-        self.image_token_ids = torch.arange(CODE_OFFSET, CODE_OFFSET + n_codes, device=self.device)
-        self._prompt_len = 0
-        self._window_positions = torch.empty(0, dtype=torch.long, device=self.device)  # of the last window
+        device = model.head.weight.device
+        super().__init__(
+            name,
+            layout,
+            vocab_size_for(n_codes),
+            torch.arange(CODE_OFFSET, CODE_OFFSET + n_codes),
+            sampling,
+            device,
+            codebook=lambda: codebook,
+            token_embeddings=lambda: self.model.embed.weight.detach(),
+            gsd_d_thr=gsd_d_thr,
+            compile=compile,
+            max_positions=model.cfg.max_seq_len,
+        )
 
-    # -- prompt and cache -------------------------------------------------------------------
     def encode_prompt(self, text: str) -> PromptBatch:
         cond, uncond = prompt_tokens(text, self._encode_text), prompt_tokens(None)
         length = len(cond)
@@ -84,41 +96,19 @@ class LlamaImageAdapter:
         pad_mask = tokens != PAD
         return PromptBatch(tokens.to(self.device), pad_mask.to(self.device), text=text)
 
-    def new_cache(self, prompt: PromptBatch, extra: int) -> None:
-        """The model's own static cache: prompt + segment positions, plus a window of `extra` slots."""
-        max_len = prompt.length + self.layout.n_positions
-        if max_len > self.model.cfg.max_seq_len:
-            raise ValueError(
-                f"prompt of {prompt.length} tokens + {self.layout.n_positions} image positions exceeds "
-                f"the model's {self.model.cfg.max_seq_len} positions; shorten the prompt"
-            )
-        self.model.setup_cache(2, max_len, window=max(extra, 1))
-        self._prompt_len = prompt.length
-        return None
+    # -- WindowedAdapter hooks --------------------------------------------------------------
+    def _kv_shape(self) -> KVShape:
+        cfg = self.model.cfg
+        return KVShape(cfg.n_layers, cfg.n_heads, cfg.head_dim, self.model.head.weight.dtype)
 
-    @torch.inference_mode()
-    def prefill(self, prompt: PromptBatch, cache: None) -> torch.Tensor:
-        pos = torch.arange(prompt.length, device=self.device)
-        no_segment = torch.full_like(pos, -1)
-        logits = self.model(prompt.tokens, pos, pad_mask=prompt.pad_mask, segment_index=no_segment)  # (2, P, V)
-        return logits[:, -1].float()
+    def _embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.model.embed_tokens(tokens, positions)  # segment position j is segment index j
 
-    @torch.inference_mode()
-    def forward(
-        self, tokens: torch.Tensor, positions: torch.Tensor, cache: None, mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        # segment position j sits at absolute position P + j; the last prompt token predicts j = 0
-        L = tokens.shape[0]
-        self._window_positions = positions
-        logits = self.model.forward_window(
-            tokens[None].expand(2, L), positions + self._prompt_len, mask, segment_index=positions
-        )  # (2, L, V)
-        return logits.float()
+    def _run(self, x: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor, cache: WindowCache) -> torch.Tensor:
+        return self.model.hidden(x, rotary, mask, cache)
 
-    @torch.inference_mode()
-    def commit(self, cache: None, slots: torch.Tensor) -> None:
-        """Static position-indexed cache: copy the kept slots to their positions."""
-        self.model.commit_window(slots, self._window_positions[slots] + self._prompt_len)
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.model.head(hidden)
 
     # -- tokens <-> images ------------------------------------------------------------------
     def tokens_to_codes(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -129,9 +119,3 @@ class LlamaImageAdapter:
 
     def decode(self, tokens: torch.Tensor) -> np.ndarray:
         return self._decode_codes(self.tokens_to_codes(tokens).cpu())
-
-    def codebook(self) -> torch.Tensor:
-        return self._codebook
-
-    def token_embeddings(self) -> torch.Tensor:
-        return self.model.embed.weight.detach()

@@ -17,19 +17,21 @@ step in `sjdbench/models/captions.py`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Optional
 
 import numpy as np
 import torch
 
 from sjdbench.adapter import PromptBatch, Sampling, SegmentLayout
 from sjdbench.models import hf_common
+from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.captions import clean_caption
-from sjdbench.models.gsd_threshold import nearest_neighbour_threshold
 from sjdbench.models.images import to_uint8
-from sjdbench.models.kv_window import CacheBook
 from sjdbench.models.llamagen_gpt import GPTConfig, LlamaGenGPT, config_from_state
+from sjdbench.models.options import CheckpointOptions
+from sjdbench.models.registry import ModelSpec
 from sjdbench.models.vq16 import VQ16, VQ16Config
 from sjdbench.models.vq_blocks import load_exact, read_checkpoint
 from sjdbench.models.windowed import WindowedAdapter
@@ -38,7 +40,6 @@ HUB = "peizesun/llamagen_t2i"
 T5_HUB = "google/flan-t5-xl"
 GPT_FILES = {256: "t2i_XL_stage1_256.pt", 512: "t2i_XL_stage2_512.pt"}
 VQ_FILE = "vq_ds16_t2i.pt"
-SIZES = ("XL", "tiny")
 GUIDANCE = "above_one"  # generate.py guides only when cfg_scale > 1, else runs the caption alone
 DEFAULT_SAMPLING = Sampling(cfg_scale=7.5, temperature=1.0, top_k=1000, top_p=1.0, guidance=GUIDANCE)
 CAPTION_TOKENS = 120
@@ -64,8 +65,22 @@ class CaptionEncoder:
         return features * mask[:, None], mask
 
 
+@dataclass
+class LlamaGenOptions(CheckpointOptions):
+    guidance: ClassVar[str] = GUIDANCE
+    sizes: ClassVar[tuple[str, ...]] = ("XL",)
+    resolution_step: ClassVar[int] = DOWNSAMPLING
+    released_resolutions: ClassVar[Optional[tuple[int, ...]]] = tuple(GPT_FILES)
+
+    cfg_scale: float = DEFAULT_SAMPLING.cfg_scale
+    top_k: int = DEFAULT_SAMPLING.top_k
+    size: str = "XL"
+    resolution: int = 512
+    t5_path: Optional[str] = None  # local google/flan-t5-xl (None: the hub's)
+
+
 class LlamaGenAdapter(WindowedAdapter):
-    entry_positions = True  # the 2-D rotary table is indexed by absolute slot in both CFG rows
+    own_positions = True  # the 2-D rotary table is indexed by absolute slot in both CFG rows
 
     def __init__(
         self,
@@ -73,18 +88,22 @@ class LlamaGenAdapter(WindowedAdapter):
         vq: VQ16,
         captions: CaptionEncoder,
         sampling: Sampling = DEFAULT_SAMPLING,
-        name: str = "llamagen",
         compile: bool = False,
     ) -> None:
-        self.name, self.compile = name, compile
         self.gpt, self.vq, self.captions = gpt.eval(), vq.eval(), captions
         g = gpt.cfg.grid
-        self.layout = SegmentLayout.grid(g, g)
-        self.vocab_size = gpt.cfg.vocab_size
-        self.device = gpt.output.weight.device
-        self.image_token_ids = torch.arange(self.vocab_size, device=self.device)
-        self.default_sampling = sampling
-        self._gsd_d_thr: float | None = None
+        super().__init__(
+            "llamagen",
+            SegmentLayout.grid(g, g),
+            gpt.cfg.vocab_size,
+            torch.arange(gpt.cfg.vocab_size),
+            sampling,
+            gpt.output.weight.device,
+            # the raw (unnormalised) codebook, as LANTERN computes LlamaGen's neighbourhoods
+            codebook=lambda: self.vq.quantize.embedding.weight.detach().float(),
+            token_embeddings=lambda: self.gpt.tok_embeddings.weight.detach().float(),
+            compile=compile,
+        )
 
     def encode_prompt(self, text: str) -> PromptBatch:
         """tokens: the slot indices 0..119 (the conditioning is in extras); pad_mask: the caption mask,
@@ -101,43 +120,27 @@ class LlamaGenAdapter(WindowedAdapter):
         )
 
     # -- WindowedAdapter hooks --------------------------------------------------------------
-    def _allocate(self, book: CacheBook) -> None:
-        self.gpt.setup_cache(book.batch, book.size)
+    def _kv_shape(self) -> KVShape:
+        return self.gpt.kv_shape()
 
     def _prompt_inputs(self, prompt: PromptBatch) -> torch.Tensor:
         conditioning = prompt.extras["conditioning"].to(self.gpt.output.weight.dtype)
         return self.gpt.embed_captions(conditioning)  # (2, 120, dim)
 
-    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
+    def _embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return self.gpt.tok_embeddings(tokens)
 
-    def _run(self, x: torch.Tensor, write: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.gpt(x, write, rotary[0], mask)
+    def _run(self, x: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor, cache: WindowCache) -> torch.Tensor:
+        return self.gpt(x, rotary, mask, cache)
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.gpt.output(hidden)
-
-    def _commit_kv(self, source: torch.Tensor, destination: torch.Tensor) -> None:
-        self.gpt.copy_cache(source, destination)
 
     # -- tokens <-> images ------------------------------------------------------------------
     def decode(self, tokens: torch.Tensor) -> np.ndarray:
         g = self.gpt.cfg.grid
         codes = tokens.to(self.vq.post_quant_conv.weight.device).view(1, g, g)
         return to_uint8(self.vq.decode_codes(codes)[0])
-
-    def codebook(self) -> torch.Tensor:
-        """The raw (unnormalised) codebook, as LANTERN computes LlamaGen's neighbourhoods."""
-        return self.vq.quantize.embedding.weight.detach().float()
-
-    def token_embeddings(self) -> torch.Tensor:
-        return self.gpt.tok_embeddings.weight.detach().float()
-
-    @property
-    def gsd_d_thr(self) -> float:
-        if self._gsd_d_thr is None:
-            self._gsd_d_thr = nearest_neighbour_threshold(self.token_embeddings())
-        return self._gsd_d_thr
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -175,57 +178,32 @@ def random_t5(size: str, transformers: Any) -> torch.nn.Module:
     return transformers.T5EncoderModel(config)
 
 
-def build_llamagen_adapter(
-    path: str | None = None,
-    t5_path: str | None = None,
-    weights: str = "pretrained",
-    size: str = "XL",
-    resolution: int = 512,
-    dtype: str = "auto",
-    compile: bool = False,
-    cfg_scale: float = DEFAULT_SAMPLING.cfg_scale,
-    temperature: float = DEFAULT_SAMPLING.temperature,
-    top_k: int = DEFAULT_SAMPLING.top_k,
-    top_p: float = DEFAULT_SAMPLING.top_p,
-    init_seed: int = 0,
-    device: str = "cpu",
-) -> LlamaGenAdapter:
+def build(options: LlamaGenOptions, device: str) -> LlamaGenAdapter:
+    o = options
     transformers = hf_common.require_transformers("llamagen")
-    random_weights = hf_common.check_weights_choice(weights)
-    hf_common.check_choice("model.size", size, SIZES if random_weights else SIZES[:1])
-    torch_dtype = hf_common.resolve_dtype(dtype, device)
-    sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p, guidance=GUIDANCE)
-    if random_weights:
-        if resolution % DOWNSAMPLING or resolution < 2 * DOWNSAMPLING:
-            raise ValueError(f"resolution {resolution} must be a multiple of {DOWNSAMPLING} (LlamaGen: 256, 512)")
-        hf_common.seed_everything(init_seed)
-        tiny = size == "tiny"
+    if o.random:
+        tiny = o.size == "tiny"
         shrink = dict(dim=64, n_layer=2, n_head=4, caption_dim=32) if tiny else {}
-        gpt_cfg = GPTConfig(grid=resolution // DOWNSAMPLING, **shrink)
+        gpt_cfg = GPTConfig(grid=o.resolution // DOWNSAMPLING, **shrink)
         vq_cfg = VQ16Config(ch=32, num_res_blocks=1) if tiny else VQ16Config()
-        with hf_common.building(device, torch_dtype):
+        with o.random_weights(device):
             gpt = hf_common.init_random(LlamaGenGPT(gpt_cfg))
             gpt.cls_embedding.uncond_embedding.normal_(0.0, gpt_cfg.caption_dim**-0.5)
-            t5 = random_t5(size, transformers)
+            t5 = random_t5(o.size, transformers)
         with torch.device(device):
             vq = VQ16(vq_cfg)
-        return LlamaGenAdapter(gpt, vq, CaptionEncoder(stand_in_t5_tokenizer, t5), sampling, compile=compile)
+        return LlamaGenAdapter(gpt, vq, CaptionEncoder(stand_in_t5_tokenizer, t5), o.sampling(), o.compile)
 
-    hf_common.check_choice("model.resolution", resolution, GPT_FILES)
-    root, t5_root = llamagen_weights_dirs(path, t5_path, resolution)
-    state = _model_state(read_checkpoint(root / GPT_FILES[resolution]))
-    gpt = LlamaGenGPT(config_from_state(state, grid=resolution // DOWNSAMPLING))
-    load_exact(gpt, state, str(root / GPT_FILES[resolution]))
+    root, t5_root = llamagen_weights_dirs(o.path, o.t5_path, o.resolution)
+    state = _model_state(read_checkpoint(root / GPT_FILES[o.resolution]))
+    gpt = LlamaGenGPT(config_from_state(state, grid=o.resolution // DOWNSAMPLING))
+    load_exact(gpt, state, str(root / GPT_FILES[o.resolution]))
     vq = VQ16.load(root / VQ_FILE)
-    t5 = transformers.T5EncoderModel.from_pretrained(t5_root, dtype=torch_dtype)
+    dtype = o.torch_dtype(device)
+    t5 = transformers.T5EncoderModel.from_pretrained(t5_root, dtype=dtype)
     tokenizer = transformers.AutoTokenizer.from_pretrained(t5_root)
-    return LlamaGenAdapter(
-        gpt.to(device=device, dtype=torch_dtype),
-        vq.to(device),
-        CaptionEncoder(t5_tokenizer(tokenizer), t5.to(device)),
-        sampling,
-        compile=compile,
-    )
+    captions = CaptionEncoder(t5_tokenizer(tokenizer), t5.to(device))
+    return LlamaGenAdapter(gpt.to(device=device, dtype=dtype), vq.to(device), captions, o.sampling(), o.compile)
 
 
 def _model_state(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -250,14 +228,9 @@ def llamagen_weights_dirs(path: str | None, t5_path: str | None, resolution: int
     return root, t5_root
 
 
-def weights_fingerprint(
-    path: str | None = None,
-    t5_path: str | None = None,
-    weights: str = "pretrained",
-    size: str = "XL",
-    resolution: int = 512,
-) -> str:
-    if weights == "random":
-        return f"random weights ({size}): meaningless tokens"
-    root, t5_root = llamagen_weights_dirs(path, t5_path, resolution)
-    return hf_common.file_fingerprint([root / GPT_FILES[resolution], root / VQ_FILE, *t5_root.glob("*.safetensors")])
+def weight_files(options: LlamaGenOptions) -> list[Path]:
+    root, t5_root = llamagen_weights_dirs(options.path, options.t5_path, options.resolution)
+    return [root / GPT_FILES[options.resolution], root / VQ_FILE, *t5_root.glob("*.safetensors")]
+
+
+SPEC = ModelSpec(LlamaGenOptions, build, fingerprint=lambda options: options.fingerprint(lambda: weight_files(options)))

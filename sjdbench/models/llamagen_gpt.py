@@ -1,5 +1,5 @@
-"""LlamaGen's text-conditional GPT (FoundationVision/LlamaGen, `t2i_XL_stage*.pt`) with a static
-windowed KV cache.
+"""LlamaGen's text-conditional GPT (FoundationVision/LlamaGen, `t2i_XL_stage*.pt`) over the shared
+static cache (`cache.WindowCache`).
 
 The sequence is 120 conditioning slots (flan-t5-xl caption features projected by `cls_embedding`)
 followed by the g x g image codes. Positions are a 2-D rotary table indexed by absolute slot: the
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sjdbench.models.kv_window import StaticKV
+from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.llama import RMSNorm
 
 
@@ -78,9 +78,11 @@ def rope_table_2d(cfg: GPTConfig) -> torch.Tensor:
 
 
 def rotate_pairs(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """x (B, L, H, hd); table (L, hd/2, 2) -> x with each (even, odd) pair rotated, in fp32."""
+    """x (B, L, H, hd); table (L, hd/2, 2) or (B, L, hd/2, 2) -> x with each (even, odd) pair
+    rotated, in fp32."""
     pairs = x.float().reshape(*x.shape[:-1], -1, 2)
-    cos, sin = table[None, :, None, :, 0], table[None, :, None, :, 1]
+    table = table if table.dim() == 4 else table[None]
+    cos, sin = table[:, :, None, :, 0], table[:, :, None, :, 1]
     out = torch.stack([pairs[..., 0] * cos - pairs[..., 1] * sin, pairs[..., 1] * cos + pairs[..., 0] * sin], dim=-1)
     return out.flatten(3).type_as(x)
 
@@ -108,15 +110,16 @@ class Attention(nn.Module):
         self.cfg = cfg
         self.wqkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
         self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
-        self.kv: StaticKV | None = None
 
-    def forward(self, x: torch.Tensor, table: torch.Tensor, write: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, table: torch.Tensor, mask: torch.Tensor, cache: WindowCache, layer: int
+    ) -> torch.Tensor:
         B, L, D = x.shape
         H, hd = self.cfg.n_head, self.cfg.head_dim
         q, k, v = self.wqkv(x).split(D, dim=-1)
         q = rotate_pairs(q.view(B, L, H, hd), table).transpose(1, 2)  # (B, H, L, hd)
         k = rotate_pairs(k.view(B, L, H, hd), table).transpose(1, 2)
-        keys, values = self.kv.write(write, k, v.view(B, L, H, hd).transpose(1, 2))  # (B, H, entries, hd)
+        keys, values = cache.update(layer, k, v.view(B, L, H, hd).transpose(1, 2))  # (B, H, keys, hd)
         y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
         return self.wo(y.transpose(1, 2).reshape(B, L, D))
 
@@ -140,8 +143,8 @@ class Block(nn.Module):
         self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
 
-    def forward(self, x, table, write, mask) -> torch.Tensor:
-        h = x + self.attention(self.attention_norm(x), table, write, mask)
+    def forward(self, x, table, mask, cache: WindowCache, layer: int) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), table, mask, cache, layer)
         return h + self.feed_forward(self.ffn_norm(h))
 
 
@@ -156,26 +159,17 @@ class LlamaGenGPT(nn.Module):
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.register_buffer("rope", rope_table_2d(cfg), persistent=False)
 
-    def setup_cache(self, batch: int, entries: int) -> None:
-        """Static caches of `entries` per row; the previous image's buffers are reused when they fit."""
-        p = self.output.weight
-        for layer in self.layers:
-            kv = layer.attention.kv
-            if kv is None or not kv.fits(batch, entries, p.dtype):
-                layer.attention.kv = StaticKV(batch, self.cfg.n_head, entries, self.cfg.head_dim, p.dtype, p.device)
-
-    def copy_cache(self, source: torch.Tensor, destination: torch.Tensor) -> None:
-        for layer in self.layers:
-            layer.attention.kv.copy(source, destination)
+    def kv_shape(self) -> KVShape:
+        return KVShape(self.cfg.n_layer, self.cfg.n_head, self.cfg.head_dim, self.output.weight.dtype)
 
     def embed_captions(self, captions: torch.Tensor) -> torch.Tensor:
         """(B, 120, caption_dim) T5 features (or the null caption) -> (B, 120, dim)."""
         return self.cls_embedding.cap_proj(captions)
 
-    def forward(self, x: torch.Tensor, write: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """x (B, L, dim) at absolute slots (L,) (the rotary table's rows), cache entries `write` (L,),
-        mask (B, 1, L, entries) -> final hidden (B, L, dim)."""
-        table = self.rope[slots.clamp(max=self.rope.shape[0] - 1)].to(torch.float32)  # (L, hd/2, 2)
-        for layer in self.layers:
-            x = layer(x, table, write, mask)
+    def forward(self, x: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor, cache: WindowCache) -> torch.Tensor:
+        """x (B, L, dim) at absolute slots (B, L) (the rotary table's rows), mask (B, 1, L, keys), keys
+        stored and read through the cache -> final hidden (B, L, dim)."""
+        table = self.rope[slots.clamp(max=self.rope.shape[0] - 1)].to(torch.float32)  # (B, L, hd/2, 2)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, table, mask, cache, i)
         return self.norm(x)

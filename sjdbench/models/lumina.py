@@ -27,23 +27,24 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar, Optional
 
 import numpy as np
 import torch
 
 from sjdbench.adapter import PromptBatch, Sampling, SegmentLayout
 from sjdbench.models import hf_common
+from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.chameleon import ChameleonLM, ChameleonLMConfig
 from sjdbench.models.images import to_uint8
-from sjdbench.models.kv_window import CacheBook
+from sjdbench.models.options import CheckpointOptions
+from sjdbench.models.registry import ModelSpec
 from sjdbench.models.vq_blocks import load_exact
 from sjdbench.models.vqgan import ChameleonVQGAN, VQGANConfig
 from sjdbench.models.windowed import WindowedAdapter
 
 HUB = "Alpha-VLLM/Lumina-mGPT-7B-{resolution}"
 RESOLUTIONS = (512, 768, 1024)
-SIZES = ("7B", "tiny")
 PATCH = 32  # pixels per grid token; the VQGAN downsamples 16x, so 2 latent rows per grid step
 DEFAULT_SAMPLING = Sampling(cfg_scale=3.0, temperature=1.0, top_k=2000, top_p=1.0)
 PAPER_GSD_D_THR = 0.5  # So et al.'s threshold, measured on Lumina-mGPT's own input embeddings
@@ -114,6 +115,22 @@ def prompt_text(caption: str, resolution: int) -> str:
     return f"Generate an image of {resolution}x{resolution} according to the following prompt:\n{caption}"
 
 
+@dataclass
+class LuminaOptions(CheckpointOptions):
+    sizes: ClassVar[tuple[str, ...]] = ("7B",)
+    resolution_step: ClassVar[int] = PATCH  # Lumina's size tokens count 32 px steps
+    released_resolutions: ClassVar[Optional[tuple[int, ...]]] = RESOLUTIONS
+
+    cfg_scale: float = DEFAULT_SAMPLING.cfg_scale
+    top_k: int = DEFAULT_SAMPLING.top_k
+    size: str = "7B"
+    resolution: int = 768
+    vqgan_dir: Optional[str] = None  # Meta's vqgan.ckpt + vqgan.yaml (not on the hub)
+
+    def released_only(self) -> bool:
+        return not self.random and self.path is None  # a local checkpoint may be fine-tuned to any size
+
+
 class LuminaAdapter(WindowedAdapter):
     def __init__(
         self,
@@ -123,19 +140,23 @@ class LuminaAdapter(WindowedAdapter):
         encode_text: Callable[[str], list[int]],
         resolution: int,
         sampling: Sampling = DEFAULT_SAMPLING,
-        name: str = "lumina",
         compile: bool = False,
-        gsd_d_thr: float = PAPER_GSD_D_THR,
     ) -> None:
-        self.name, self.compile, self.resolution = name, compile, resolution
+        self.resolution = resolution
         self.lm, self.vqgan, self.vocab = lm.eval(), vqgan.eval(), vocab
         self._encode_text = encode_text  # text -> ids without BOS
-        self.layout = lumina_layout(vocab, resolution)
-        self.vocab_size = lm.cfg.vocab_size
-        self.device = lm.lm_head.weight.device
-        self.image_token_ids = vocab.image_token_ids.to(self.device)
-        self.default_sampling = sampling
-        self.gsd_d_thr = gsd_d_thr
+        super().__init__(
+            "lumina",
+            lumina_layout(vocab, resolution),
+            lm.cfg.vocab_size,
+            vocab.image_token_ids,
+            sampling,
+            lm.lm_head.weight.device,
+            codebook=lambda: self.vqgan.quantize.embedding.weight.detach().float(),  # (8192, 256), code order
+            token_embeddings=lambda: self.lm.model.embed_tokens.weight.detach().float(),
+            gsd_d_thr=PAPER_GSD_D_THR,
+            compile=compile,
+        )
         code_of = torch.full((self.vocab_size,), -1, dtype=torch.long)
         code_of[vocab.image_token_ids] = torch.arange(vocab.image_token_ids.numel())
         self._code_of = code_of
@@ -151,20 +172,17 @@ class LuminaAdapter(WindowedAdapter):
         return PromptBatch(tokens, pad_mask, text=text)
 
     # -- WindowedAdapter hooks --------------------------------------------------------------
-    def _allocate(self, book: CacheBook) -> None:
-        self.lm.setup_cache(book.batch, book.size)
+    def _kv_shape(self) -> KVShape:
+        return self.lm.kv_shape()
 
-    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
+    def _embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return self.lm.model.embed_tokens(tokens)
 
-    def _run(self, x: torch.Tensor, write: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.lm(x, write, rotary, mask)
+    def _run(self, x: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor, cache: WindowCache) -> torch.Tensor:
+        return self.lm(x, rotary, mask, cache)
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm.lm_head(hidden)  # every id, image ids included: no masking
-
-    def _commit_kv(self, source: torch.Tensor, destination: torch.Tensor) -> None:
-        self.lm.copy_cache(source, destination)
 
     # -- tokens <-> images ------------------------------------------------------------------
     def tokens_to_codes(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -174,12 +192,6 @@ class LuminaAdapter(WindowedAdapter):
     def decode(self, tokens: torch.Tensor) -> np.ndarray:
         codes = self.tokens_to_codes(tokens).to(self.vqgan.post_quant_conv.weight.device)
         return to_uint8(self.vqgan.decode_codes(codes[None])[0])
-
-    def codebook(self) -> torch.Tensor:
-        return self.vqgan.quantize.embedding.weight.detach().float()  # (8192, 256), code order
-
-    def token_embeddings(self) -> torch.Tensor:
-        return self.lm.model.embed_tokens.weight.detach().float()
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -234,56 +246,26 @@ def text_encoder(root: Path) -> Callable[[str], list[int]]:
     return lambda text: tokenizer.encode(text, add_special_tokens=False)
 
 
-def build_lumina_adapter(
-    path: str | None = None,
-    vqgan_dir: str | None = None,
-    weights: str = "pretrained",
-    size: str = "7B",
-    resolution: int = 768,
-    dtype: str = "auto",
-    compile: bool = False,
-    cfg_scale: float = DEFAULT_SAMPLING.cfg_scale,
-    temperature: float = DEFAULT_SAMPLING.temperature,
-    top_k: int = DEFAULT_SAMPLING.top_k,
-    top_p: float = DEFAULT_SAMPLING.top_p,
-    init_seed: int = 0,
-    device: str = "cpu",
-) -> LuminaAdapter:
-    random_weights = hf_common.check_weights_choice(weights)
-    hf_common.check_choice("model.size", size, SIZES if random_weights else SIZES[:1])
-    torch_dtype = hf_common.resolve_dtype(dtype, device)
-    sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p)
-    if path is None and not random_weights:
-        hf_common.check_choice("model.resolution", resolution, RESOLUTIONS)  # the released checkpoints
-    if resolution % PATCH or resolution < 2 * PATCH:  # Lumina's size tokens count 32 px steps
-        raise ValueError(f"resolution {resolution} must be a multiple of {PATCH} (Lumina-mGPT: 512, 768, 1024)")
-    if random_weights:
-        hf_common.seed_everything(init_seed)
-        lm_config, vq_config = random_parts(size)
-        with hf_common.building(device, torch_dtype):
+def build(options: LuminaOptions, device: str) -> LuminaAdapter:
+    o = options
+    if o.random:
+        lm_config, vq_config = random_parts(o.size)
+        with o.random_weights(device):
             lm = hf_common.init_random(ChameleonLM(lm_config))
         with torch.device(device):
             vqgan = ChameleonVQGAN(vq_config)
         vocab = LuminaVocabulary.from_names(stand_in_vocabulary(vq_config.n_embed), bos=lm_config.bos_token_id)
-        return LuminaAdapter(
-            lm,
-            vqgan,
-            vocab,
-            lambda text: hf_common.stand_in_ids(text, 9000, 50000),
-            resolution,
-            sampling,
-            compile=compile,
-        )
+        encode = lambda text: hf_common.stand_in_ids(text, 9000, 50000)  # noqa: E731
+        return LuminaAdapter(lm, vqgan, vocab, encode, o.resolution, o.sampling(), o.compile)
 
     hf_common.require_transformers("lumina")  # the tokenizer only
-    root, vq_root = lumina_weights_dirs(path, vqgan_dir, resolution)
-    lm = load_lm(root, torch_dtype, device)
+    root, vq_root = lumina_weights_dirs(o.path, o.vqgan_dir, o.resolution)
+    lm = load_lm(root, o.torch_dtype(device), device)
     config = json.loads((root / "config.json").read_text())
-    encode = text_encoder(root)
     names = config.get("vocabulary_map") or _tokenizer_vocabulary(root)
     vocab = LuminaVocabulary.from_names(names, bos=int(config.get("bos_token_id", 1)))
     vqgan = ChameleonVQGAN.load(vq_root / "vqgan.ckpt", vq_root / "vqgan.yaml").to(device)
-    return LuminaAdapter(lm, vqgan, vocab, encode, resolution, sampling, compile=compile)
+    return LuminaAdapter(lm, vqgan, vocab, text_encoder(root), o.resolution, o.sampling(), o.compile)
 
 
 def _tokenizer_vocabulary(root: Path) -> dict[str, int]:
@@ -309,14 +291,9 @@ def lumina_weights_dirs(path: str | None, vqgan_dir: str | None, resolution: int
     return root, vq_root
 
 
-def weights_fingerprint(
-    path: str | None = None,
-    vqgan_dir: str | None = None,
-    weights: str = "pretrained",
-    size: str = "7B",
-    resolution: int = 768,
-) -> str:
-    if weights == "random":
-        return f"random weights ({size}): meaningless tokens"
-    root, vq_root = lumina_weights_dirs(path, vqgan_dir, resolution)
-    return hf_common.file_fingerprint([*root.glob("*.safetensors"), vq_root / "vqgan.ckpt"])
+def weight_files(options: LuminaOptions) -> list[Path]:
+    root, vq_root = lumina_weights_dirs(options.path, options.vqgan_dir, options.resolution)
+    return [*root.glob("*.safetensors"), vq_root / "vqgan.ckpt"]
+
+
+SPEC = ModelSpec(LuminaOptions, build, fingerprint=lambda options: options.fingerprint(lambda: weight_files(options)))

@@ -1,101 +1,130 @@
-"""Model name -> adapter builder, imported lazily so listing models never loads heavy code."""
+"""Every model, by name: one spec each, found by convention so that a model is one file plus one YAML.
+
+Model `<name>` is `conf/model/<name>.yaml` (its user-visible defaults) and the module
+`sjdbench.models.<name>` (a package for the toy), whose `SPEC` says how to check its options, build
+it, identify and check its weight files, and count its image tokens before loading. Modules are
+imported on first use, so listing models or checking a config never loads model code it does not need.
+"""
 
 from __future__ import annotations
 
 import importlib
-import inspect
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from sjdbench.errors import UserError
-
-BUILDERS = {
-    "debug": "sjdbench.models.debug:build_debug_adapter",
-    "toy": "sjdbench.models.toy.model:build_toy_adapter",
-    "lumina": "sjdbench.models.lumina:build_lumina_adapter",
-    "llamagen": "sjdbench.models.llamagen:build_llamagen_adapter",
-    "janus": "sjdbench.models.janus:build_janus_adapter",
-    "emu3": "sjdbench.models.emu3:build_emu3_adapter",
-}
-
-
-# model name -> fingerprint of its weight files (cheap, without loading the model); models not
-# listed have no files (debug: seeded random weights, fully described by their options)
-FINGERPRINTS = {
-    "toy": "sjdbench.models.toy.model:weights_fingerprint",
-    "lumina": "sjdbench.models.lumina:weights_fingerprint",
-    "llamagen": "sjdbench.models.llamagen:weights_fingerprint",
-    "janus": "sjdbench.models.janus:weights_fingerprint",
-    "emu3": "sjdbench.models.emu3:weights_fingerprint",
-}
-
-# model name -> check of its weight files before loading (truncation, checksum, shapes); models
-# not listed have no files to check
-VERIFIERS = {
-    "toy": "sjdbench.models.toy.model:verify_weights",
-}
-
-# model name -> number of image tokens, known without loading (so sampling.top_k is checked before
-# any weights load); models not listed are checked right after loading instead
-IMAGE_TOKENS = {
-    "debug": "sjdbench.models.debug:image_token_count",
-    "toy": "sjdbench.models.toy.model:image_token_count",
-}
+from sjdbench.models.options import ModelOptions
 
 DEVICES_HELP = "use auto, cpu, cuda, cuda:N or mps"
 
 
-def _check_known(name: str) -> None:
-    if name not in BUILDERS:
-        raise UserError(f"unknown model '{name}'; choose one of: {', '.join(sorted(BUILDERS))}")
+def _no_files(options: Any) -> None:
+    return None
 
 
-def _import(name: str, spec: str):
-    """The function behind 'module:function', imported on first use; unknown models are a UserError."""
-    _check_known(name)
-    module_name, func_name = spec.split(":")
+def _nothing_to_check(options: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model, registered once."""
+
+    options: type[ModelOptions]  # its options: the shared ones plus its own, with its defaults and choices
+    build: Callable[[Any, str], Any]  # (options, device) -> adapter
+    # identity of the weight files (name, size, mtime or content), cheap, without loading: part of the
+    # run id, so results of different weights never mix; None: no files (seeded random weights)
+    fingerprint: Callable[[Any], str | None] = _no_files
+    verify: Callable[[Any], None] = _nothing_to_check  # truncation, checksum, shapes of the files, before loading
+    # image tokens the model samples from, known without loading (so sampling.top_k is checked before
+    # any weights load); None: checked right after loading instead
+    image_tokens: Callable[[Any], int | None] = _no_files
+
+    def load(self, device: str = "cpu", **options: Any) -> Any:
+        """The adapter from keyword options (`janus.SPEC.load(weights="random", size="tiny")`); a bad
+        option or missing file raises ValueError / FileNotFoundError (the registry's functions turn
+        them into one-line UserErrors naming the model)."""
+        return self.build(self.options.from_dict(options), device)
+
+
+SPECS: dict[str, ModelSpec] = {}  # loaded specs, by name
+
+
+def model_names() -> list[str]:
+    """Every model a run may name: the YAMLs of the model config group."""
+    from sjdbench.paths import config_dirs
+
+    return sorted({p.stem for root in config_dirs() for p in (root / "model").glob("*.yaml")})
+
+
+def spec(name: str) -> ModelSpec:
+    """The spec of model `name` (UserError for unknown models or modules that do not load)."""
+    if name in SPECS:
+        return SPECS[name]
+    names = model_names()
+    if name not in names:
+        raise UserError(f"unknown model '{name}'; choose one of: {', '.join(names)}")
     try:
-        return getattr(importlib.import_module(module_name), func_name)
+        module = importlib.import_module(f"sjdbench.models.{name}")
     except ImportError as error:
         raise UserError(f"model '{name}' cannot be loaded: {error}") from None
+    found = getattr(module, "SPEC", None)
+    if not isinstance(found, ModelSpec):
+        raise UserError(f"model '{name}' cannot be loaded: sjdbench.models.{name} defines no SPEC")
+    SPECS[name] = found
+    return found
+
+
+def model_options(name: str, options: dict[str, Any]) -> ModelOptions:
+    """A run's `model.options` as the model's options object: unknown keys and values outside the
+    choices are one line naming the valid ones, before anything loads."""
+    model = spec(name)
+    try:
+        return model.options.from_dict(options)
+    except (ValueError, TypeError) as error:
+        text = str(error)
+        raise UserError(
+            f"model '{name}' {text}" if text.startswith("does not take") else f"model '{name}': {text}"
+        ) from None
+
+
+def check_options(name: str, options: dict[str, Any]) -> None:
+    model_options(name, options)
 
 
 def weights_fingerprint(name: str, options: dict[str, Any]) -> str | None:
-    """Identity of the weights a run would load: part of the run id, so results of different
-    weights never mix. Raises UserError for unknown models or missing files (as loading would)."""
-    _check_known(name)
-    if name not in FINGERPRINTS:  # no weight files (debug)
-        return None
-    fingerprint = _import(name, FINGERPRINTS[name])
-    accepted = inspect.signature(fingerprint).parameters
+    """Identity of the weights a run would load: part of the run id. Raises UserError for unknown
+    models or missing files (as loading would)."""
+    resolved = model_options(name, options)
     try:
-        return fingerprint(**{k: v for k, v in options.items() if k in accepted})
-    except (ValueError, FileNotFoundError) as error:  # missing or unreachable weights, bad option values
+        return spec(name).fingerprint(resolved)
+    except (ValueError, FileNotFoundError) as error:  # missing or unreachable weights
         raise UserError(f"model '{name}': {error}") from None
-
-
-def _call_with(spec_name: str, spec: str, options: dict[str, Any]):
-    function = _import(spec_name, spec)
-    accepted = inspect.signature(function).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    return function(**{k: v for k, v in options.items() if takes_any or k in accepted})
 
 
 def verify_weights(name: str, options: dict[str, Any]) -> None:
     """Raise a one-line UserError naming a missing, truncated, corrupt or mismatched weight file."""
-    _check_known(name)
-    if name in VERIFIERS:
-        _call_with(name, VERIFIERS[name], options)
+    spec(name).verify(model_options(name, options))
 
 
 def image_token_count(name: str, options: dict[str, Any]) -> int | None:
     """How many image tokens the model samples from, without loading it (None: not known before)."""
-    _check_known(name)
-    if name not in IMAGE_TOKENS:
-        return None
+    resolved = model_options(name, options)
     try:
-        return int(_call_with(name, IMAGE_TOKENS[name], options))
+        count = spec(name).image_tokens(resolved)
     except FileNotFoundError as error:
         raise UserError(f"model '{name}': {error}") from None
+    return None if count is None else int(count)
+
+
+def build_adapter(name: str, options: dict[str, Any], device: str) -> Any:
+    resolved = model_options(name, options)
+    try:
+        return spec(name).build(resolved, device)
+    except (ValueError, FileNotFoundError) as error:  # bad option values, missing weights
+        raise UserError(f"model '{name}': {_first_line(error)}") from None
+    except RuntimeError as error:  # a state dict that does not fit the model (after the checks above)
+        raise UserError(f"model '{name}' cannot load its weights: {_first_line(error)}") from None
 
 
 def resolve_device(device: str) -> str:
@@ -141,29 +170,6 @@ def remote_device(device: str, gpus: int) -> str:
     if parsed.type not in ("cpu", "cuda", "mps"):
         raise UserError(f"device={device}: sjdbench does not run on '{parsed.type}' devices; {DEVICES_HELP}")
     return device
-
-
-def check_options(name: str, options: dict[str, Any]) -> None:
-    """model.options must be parameters of the model's builder (checked without building)."""
-    builder = _import(name, BUILDERS.get(name, ""))
-    accepted = inspect.signature(builder).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
-        return
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:  # options, or the top-level model keys (model.weights=...) the model does not take
-        valid = ", ".join(p for p in accepted if p != "device")
-        raise UserError(f"model '{name}' does not take {', '.join(unknown)}; its options are: {valid}")
-
-
-def build_adapter(name: str, options: dict[str, Any], device: str):
-    check_options(name, options)
-    builder = _import(name, BUILDERS.get(name, ""))
-    try:
-        return builder(**options, device=device)
-    except (ValueError, FileNotFoundError) as error:  # bad option values, missing weights
-        raise UserError(f"model '{name}': {_first_line(error)}") from None
-    except RuntimeError as error:  # a state dict that does not fit the model (after the checks above)
-        raise UserError(f"model '{name}' cannot load its weights: {_first_line(error)}") from None
 
 
 def _first_line(error: Exception) -> str:

@@ -1,87 +1,155 @@
-"""The part of the adapter contract every real model shares: prefill, window forward and commit over a
-static KV cache (`kv_window.CacheBook`), the CFG pair as one batch of 2, and the optional compiled
-window forward.
+"""The adapter contract (sjdbench/adapter.py) implemented once, for every model: prefill, window
+forward, commit and compaction over the static cache of `cache.WindowCache`, the CFG pair of every
+sample inside one batch, the optional compiled window forward, and the model data some decoding
+parts read (codebook, token embeddings, GSD's threshold), from what each model hands over.
 
-A model adapter subclasses `WindowedAdapter` and supplies five hooks:
-    _allocate(book)                    set up its layers' caches for book.size entries per row
-    _embed(tokens (B, L)) -> (B, L, D) input vectors of segment tokens
-    _run(x, write, rotary, mask)       the transformer over x (B, L, D) -> final hidden (B, L, D)
-    _head(hidden (B, L, D)) -> (B, L, V)
-    _commit_kv(source, destination)    copy the kept slots' entries in every layer
-plus `_prompt_inputs(prompt) -> (B, P, D)` when its prompt is not token ids (LlamaGen).
+A model adapter subclasses `WindowedAdapter`, calls `super().__init__` with its tables, and supplies:
+    _kv_shape() -> KVShape                    what its cache holds per row and entry
+    _embed(tokens (R, L), positions (R, L))   input vectors (R, L, D) of segment tokens at segment positions
+    _run(x, rotary, mask, cache) -> hidden    the transformer over x (R, L, D); every attention layer
+                                              stores and reads its keys through cache.update(layer, k, v)
+    _head(hidden (R, L, D)) -> (R, L, V)
+plus `_prompt_inputs(prompt) -> (2, P, D)` when its prompt is not token ids (LlamaGen), and
+`_bind(cache)` when its layers need their own view of the cache (a transformers Cache).
 
 Only the logits the loop reads are computed: the prefill returns the last prompt slot's, never the
 whole prompt's. With `compile=True` the window forward is a `torch.compile`d function of static
-shape (windows are padded to the cache's window size); the prefill stays eager.
+shape (windows are padded to the cache's window size, the horizon is ignored); the prefill stays eager.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
 import torch
 
-from sjdbench.adapter import PromptBatch, SegmentLayout
-from sjdbench.models.kv_window import CacheBook, pad_window
+from sjdbench.adapter import PromptBatch, Sampling, SegmentLayout
+from sjdbench.models.cache import KVShape, WindowCache
+from sjdbench.models.gsd_threshold import nearest_neighbour_threshold
+
+Table = Callable[[], torch.Tensor]
 
 
 class WindowedAdapter:
-    name: str
-    vocab_size: int
-    layout: SegmentLayout
-    device: torch.device
-    compile: bool = False
-    entry_positions: bool = False  # rotary positions = cache entries (see CacheBook.new)
+    own_positions: bool = False  # rotary positions count the sample's whole prompt (see cache.py)
+
+    def __init__(
+        self,
+        name: str,
+        layout: SegmentLayout,
+        vocab_size: int,
+        image_token_ids: torch.Tensor,
+        sampling: Sampling,
+        device: torch.device,
+        codebook: Table,
+        token_embeddings: Table,
+        gsd_d_thr: float | None = None,
+        compile: bool = False,
+        max_positions: int | None = None,
+    ) -> None:
+        """codebook / token_embeddings: how to read the model's VQ vectors (K, D) in code order and its
+        input embeddings (V, D) (callables: some cost a forward, and are read once per decoder build).
+        gsd_d_thr: GSD's threshold in the embeddings' units; None: derived from the image tokens'
+        nearest-neighbour spacing (`gsd_threshold`). max_positions: the longest prompt + segment the
+        model's position table holds (None: no limit)."""
+        self.name, self.layout, self.vocab_size = name, layout, vocab_size
+        self.device = torch.device(device)
+        self.image_token_ids = image_token_ids.to(self.device)
+        self.default_sampling = sampling
+        self.compile = compile
+        self.dtype = torch.float64 if self._kv_shape().dtype == torch.float64 else torch.float32
+        self._codebook, self._token_embeddings = codebook, token_embeddings
+        self._gsd_d_thr = gsd_d_thr
+        self._max_positions = max_positions
 
     # -- hooks ------------------------------------------------------------------------------
-    def _allocate(self, book: CacheBook) -> None:
+    def _kv_shape(self) -> KVShape:
         raise NotImplementedError
 
-    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
+    def _bind(self, cache: WindowCache) -> Any:
+        """The model's own view of a new cache (kept as cache.bound); none by default."""
+        return None
+
+    def _embed(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def _prompt_inputs(self, prompt: PromptBatch) -> torch.Tensor:
-        return self._embed(prompt.tokens)
+        positions = torch.full_like(prompt.tokens, -1)
+        return self._embed(prompt.tokens, positions)
 
-    def _run(self, x: torch.Tensor, write: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _run(self, x: torch.Tensor, rotary: torch.Tensor, mask: torch.Tensor, cache: WindowCache) -> torch.Tensor:
         raise NotImplementedError
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def _commit_kv(self, source: torch.Tensor, destination: torch.Tensor) -> None:
-        raise NotImplementedError
-
     # -- the contract -----------------------------------------------------------------------
-    def new_cache(self, prompt: PromptBatch, extra: int) -> CacheBook:
-        book = CacheBook.new(prompt.pad_mask, self.layout.n_positions, extra, self.entry_positions)
-        self._allocate(book)
-        return book
+    def new_cache(self, batch: int, prompt_len: int, window: int) -> WindowCache:
+        N = self.layout.n_positions
+        if self._max_positions is not None and prompt_len + N > self._max_positions:
+            raise ValueError(
+                f"prompt of {prompt_len} tokens + {N} image positions exceeds the model's "
+                f"{self._max_positions} positions; shorten the prompt"
+            )
+        cache = WindowCache(batch, prompt_len, N, window, self._kv_shape(), self.device, self.own_positions)
+        cache.bound = self._bind(cache)
+        return cache
 
     @torch.inference_mode()
-    def prefill(self, prompt: PromptBatch, cache: CacheBook) -> torch.Tensor:
-        write, rotary, mask = cache.prefill(prompt.pad_mask)
-        hidden = self._run(self._prompt_inputs(prompt), write, rotary, mask)  # (2, P, D)
-        return self._head(hidden[:, -1:])[:, 0].float()  # (2, V)
+    def prefill(self, cache: WindowCache, samples: list[int], prompts: list[PromptBatch]) -> torch.Tensor:
+        P = cache.prompt_len
+        too_long = [p.length for p in prompts if p.length > P]
+        if too_long:
+            raise ValueError(f"a prompt of {too_long[0]} tokens in a cache made for prompts of up to {P}")
+        inputs, pad_masks = [], []
+        for prompt in prompts:  # left-pad each prompt into the prompt region
+            x = self._prompt_inputs(prompt)  # (2, P_i, D)
+            extra = P - prompt.length
+            inputs.append(torch.nn.functional.pad(x, (0, 0, extra, 0)))
+            pad_masks.append(torch.nn.functional.pad(prompt.pad_mask.to(self.device), (extra, 0)))
+        rotary, mask = cache.begin_prefill(samples, torch.cat(pad_masks), [p.length for p in prompts])
+        try:
+            hidden = self._run(torch.cat(inputs), rotary, mask, cache)  # (2n, P, D)
+        finally:
+            cache.end_prefill()
+        logits = self._head(hidden[:, -1:])[:, 0].to(self.dtype)  # (2n, V)
+        return logits.view(len(samples), 2, -1)
 
     @torch.inference_mode()
     def forward(
-        self, tokens: torch.Tensor, positions: torch.Tensor, cache: CacheBook, mask: torch.Tensor | None = None
+        self,
+        cache: WindowCache,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        horizon: int | None = None,
     ) -> torch.Tensor:
-        L = tokens.shape[0]
-        write, rotary, attn = cache.window_forward(positions, mask)
-        x = self._embed(tokens[None].expand(cache.batch, L))  # (2, L, D)
-        if self.compile:
-            x, rotary, write, attn = pad_window(x, rotary, write, attn, cache.window)
-            hidden = self._compiled_run(x, write, rotary, attn)[:, :L]
-        else:
-            hidden = self._run(x, write, rotary, attn)
-        return self._head(hidden).float()  # (2, L, V)
+        B, L = tokens.shape
+        pad_to = cache.window if self.compile else None
+        rotary, attend = cache.begin_window(positions, mask, None if self.compile else horizon, pad_to)
+        row_tokens = tokens.repeat_interleave(2, dim=0)  # (2B, L): the CFG pair of each sample
+        row_positions = positions.repeat_interleave(2, dim=0)
+        if self.compile and L < cache.window:  # padding slots repeat the last one
+            extra = cache.window - L
+            row_tokens = torch.cat([row_tokens, row_tokens[:, -1:].expand(-1, extra)], dim=1)
+            row_positions = torch.cat([row_positions, row_positions[:, -1:].expand(-1, extra)], dim=1)
+        x = self._embed(row_tokens, row_positions)
+        run = self._compiled_run if self.compile else self._run
+        hidden = run(x, rotary, attend, cache)[:, :L]
+        return self._head(hidden).to(self.dtype).view(B, 2, L, -1)
 
     @torch.inference_mode()
-    def commit(self, cache: CacheBook, slots: torch.Tensor) -> None:
-        source, destination = cache.commit(slots)
-        self._commit_kv(source, destination)
+    def commit(self, cache: WindowCache, slots: torch.Tensor) -> None:
+        span = _chain_span(cache, slots)
+        if span is not None:
+            cache.commit_span(*span)
+        else:
+            cache.commit(slots)
+
+    @torch.inference_mode()
+    def retain(self, cache: WindowCache, samples: list[int]) -> None:
+        cache.retain(samples)  # a bound view reads the cache's tensors through it, so it follows
 
     @property
     def _compiled_run(self) -> Any:
@@ -89,3 +157,35 @@ class WindowedAdapter:
         if compiled is None:
             compiled = self.__dict__["_compiled"] = torch.compile(self._run, dynamic=False)
         return compiled
+
+    # -- model data some decoding parts read ------------------------------------------------
+    def decode(self, tokens: torch.Tensor) -> np.ndarray:
+        raise NotImplementedError
+
+    def codebook(self) -> torch.Tensor:
+        return self._codebook()
+
+    def token_embeddings(self) -> torch.Tensor:
+        return self._token_embeddings()
+
+    @property
+    def gsd_d_thr(self) -> float:
+        if self._gsd_d_thr is None:
+            self._gsd_d_thr = nearest_neighbour_threshold(self.token_embeddings()[self.image_token_ids])
+        return self._gsd_d_thr
+
+
+def _chain_span(cache: WindowCache, slots: torch.Tensor) -> tuple[int, int, int] | None:
+    """(first slot, first position, count) when a one-sample CPU commit keeps consecutive slots at
+    consecutive positions (a chain's accepted prefix): slices then replace index tensors. None on
+    other devices (reading the values would be a host sync) and for anything else."""
+    if slots.device.type != "cpu" or slots.shape[0] != 1 or slots.numel() == 0:
+        return None
+    kept = slots[0].tolist()
+    if min(kept) < 0:
+        return None
+    at = cache.window_positions[0, slots[0]].tolist()
+    first, start, count = kept[0], at[0], len(kept)
+    if kept != list(range(first, first + count)) or at != list(range(start, start + count)):
+        return None
+    return first, start, count

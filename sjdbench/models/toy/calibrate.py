@@ -137,7 +137,6 @@ def context_sensitivity(adapter, n_images: int = 6, seed: int = 0) -> float:
     legal[adapter.image_token_ids] = True
     allowed = structure_mask(layout.forced, legal)
     tvs = []
-    adapter.model.clear_cache()  # plain causal forwards below
     for i in range(n_images):
         seg = layout.forced.clone()
         seg[pos_of.flatten()] = codes[i].flatten() + int(adapter.image_token_ids[0])

@@ -1,6 +1,6 @@
 """The embedded toy model: a small trained LLaMA-style transformer over toy-world patch codes.
 
-`build_toy_adapter()` loads the shipped weights from `sjdbench/models/toy/weights/`:
+`build_toy_adapter()` (the registry's `SPEC.build`) loads the shipped weights from `sjdbench/models/toy/weights/`:
     toy_lm.safetensors         transformer weights
     toy_tokenizer.safetensors  k-means patch codebook (K, 48)
     toy.json                   exact model config, layout, caption vocabulary, sampling defaults,
@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, ClassVar, Optional
 
-import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from sjdbench.adapter import Sampling, SegmentLayout
+from sjdbench.adapter import SegmentLayout
 from sjdbench.models.llama import Llama, LlamaConfig
 from sjdbench.models.llama_adapter import EOI, EOL, LlamaImageAdapter
+from sjdbench.models.options import ModelOptions
+from sjdbench.models.registry import ModelSpec
 from sjdbench.models.toy.text import caption_encoder
 from sjdbench.models.toy.tokenizer import PatchTokenizer
 
@@ -47,49 +49,54 @@ def load_meta(weights_dir: str | Path | None = None) -> dict:
     return json.loads(path.read_text())
 
 
-def build_toy_adapter(
-    weights_dir: str | Path | None = None,
-    device: str = "cpu",
-    cfg_scale: float = DEFAULT_CFG_SCALE,
-    temperature: float = 1.0,
-    top_k: int = DEFAULT_TOP_K,
-    top_p: float = 1.0,
-    row_end_token: bool = DEFAULT_ROW_END_TOKEN,
-) -> LlamaImageAdapter:
+@dataclass
+class ToyOptions(ModelOptions):
+    dtypes: ClassVar[tuple[str, ...]] = ("fp32", "fp64")
+
+    cfg_scale: float = DEFAULT_CFG_SCALE
+    top_k: int = DEFAULT_TOP_K
+    weights_dir: Optional[str] = None  # None: the shipped weights
+    row_end_token: bool = DEFAULT_ROW_END_TOKEN
+
+
+def build(options: ToyOptions, device: str) -> LlamaImageAdapter:
     """The trained toy model as an adapter named "toy" (16x16 grid of codes, <eol> after each row)."""
-    weights_dir = Path(weights_dir or WEIGHTS_DIR)
+    weights_dir = Path(options.weights_dir or WEIGHTS_DIR)
     meta = load_meta(weights_dir)
     trained_eol = bool(meta["layout"]["row_end_token"])
-    if row_end_token != trained_eol:
+    if options.row_end_token != trained_eol:
         raise ValueError(
             f"these toy weights were trained with row_end_token={trained_eol}; "
-            f"retrain with `sjdbench toy train --{'' if row_end_token else 'no-'}row-end-token` to change it"
+            f"retrain with `sjdbench toy train --{'' if options.row_end_token else 'no-'}row-end-token` to change it"
         )
     cfg = LlamaConfig(**meta["model"])
     model = Llama(cfg)
     state = load_file(str(weights_dir / LM_FILE))
     model.load_state_dict({k: v.float() for k, v in state.items()})
-    model.to(device)
+    model.to(device).to_precision(options.torch_dtype(device))
     tokenizer = PatchTokenizer.load(weights_dir / TOKENIZER_FILE)
     h, w = meta["layout"]["grid"]
-    layout = SegmentLayout.grid(h, w, EOL if row_end_token else None, EOI if meta["layout"].get("end_token") else None)
-
-    def decode_codes(codes: torch.Tensor) -> np.ndarray:
-        return tokenizer.decode(codes)
-
-    sampling = Sampling(cfg_scale=cfg_scale, temperature=temperature, top_k=top_k, top_p=top_p)
-    adapter = LlamaImageAdapter(
+    eoi = EOI if meta["layout"].get("end_token") else None
+    layout = SegmentLayout.grid(h, w, EOL if options.row_end_token else None, eoi)
+    return LlamaImageAdapter(
         "toy",
         model,
         tokenizer.n_codes,
         layout,
-        sampling,
-        decode_codes,
+        options.sampling(),
+        tokenizer.decode,
         tokenizer.codebook(),
         trained_caption_encoder(meta),
+        gsd_d_thr=GSD_D_THR,
+        compile=options.compile,
     )
-    adapter.gsd_d_thr = GSD_D_THR
-    return adapter
+
+
+def build_toy_adapter(weights_dir: str | Path | None = None, device: str = "cpu", **options: Any) -> LlamaImageAdapter:
+    """The toy model from its weights directory (None: the shipped weights) and keyword options
+    (`build_toy_adapter(cfg_scale=5)`)."""
+    folder = None if weights_dir is None else str(weights_dir)
+    return build(ToyOptions.from_dict({"weights_dir": folder, **options}), device)
 
 
 def weights_fingerprint(weights_dir: str | Path | None = None) -> str:
@@ -126,7 +133,7 @@ def verify_weights(weights_dir: str | Path | None = None) -> None:
     check_weight_file(weights_dir / TOKENIZER_FILE, None, checksums)
 
 
-def image_token_count(weights_dir: str | Path | None = None, **_) -> int:
+def image_token_count(weights_dir: str | Path | None = None) -> int:
     """Image codes in the vocabulary, read from toy.json without loading the weights."""
     return int(load_meta(weights_dir)["tokenizer"]["n_codes"])
 
@@ -139,3 +146,12 @@ def trained_caption_encoder(meta: dict) -> Callable[[str], list[int]]:
 
 def load_toy_tokenizer(weights_dir: str | Path | None = None) -> PatchTokenizer:
     return PatchTokenizer.load(Path(weights_dir or WEIGHTS_DIR) / TOKENIZER_FILE)
+
+
+SPEC = ModelSpec(
+    ToyOptions,
+    build,
+    fingerprint=lambda options: weights_fingerprint(options.weights_dir),
+    verify=lambda options: verify_weights(options.weights_dir),
+    image_tokens=lambda options: image_token_count(options.weights_dir),
+)

@@ -1,0 +1,96 @@
+"""The model registry: one spec per model found by convention, options checked before loading (one
+line naming the valid choices), YAML defaults that agree with each model's options dataclass, and
+the run config's top-level model keys held to the shared options."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+import yaml
+
+from sjdbench.config import ModelConfig, compose_run
+from sjdbench.errors import UserError
+from sjdbench.models import registry
+from sjdbench.models.options import TOP_LEVEL, CheckpointOptions, ModelOptions
+from sjdbench.paths import conf_dir
+
+NAMES = registry.model_names()  # every model: a new one is checked here without editing this file
+REAL = ("emu3", "janus", "llamagen", "lumina")
+
+
+def test_every_yaml_is_a_model_with_a_spec():
+    assert set(NAMES) >= {"debug", "toy", *REAL}
+    for name in NAMES:
+        spec = registry.spec(name)
+        assert issubclass(spec.options, ModelOptions)
+    for name in REAL:
+        assert issubclass(registry.spec(name).options, CheckpointOptions)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_yaml_defaults_are_the_options_dataclass_defaults(name):
+    """A model's YAML names its user-visible defaults; each equals its options dataclass's default,
+    so the YAML and the code cannot drift apart."""
+    raw = yaml.safe_load((conf_dir() / "model" / f"{name}.yaml").read_text())
+    fields = {f.name: f.default for f in dataclasses.fields(registry.spec(name).options)}
+    listed = {**raw.get("options", {}), **{k: raw[k] for k in TOP_LEVEL if k in raw}}
+    assert listed, name
+    for key, value in listed.items():
+        if value is None and key == "path":
+            continue
+        assert key in fields, f"{name}.yaml lists {key}, which the model does not take"
+        assert value == fields[key], f"{name}.yaml: {key}={value!r}, the options dataclass says {fields[key]!r}"
+
+
+def test_top_level_model_keys_are_the_shared_checkpoint_options():
+    top = [f for f in dataclasses.fields(ModelConfig) if f.name not in ("name", "options")]
+    assert [f.name for f in top] == list(TOP_LEVEL)
+    shared = typing.get_type_hints(CheckpointOptions)
+    for f in top:
+        assert typing.Optional[shared[f.name]] == typing.get_type_hints(ModelConfig)[f.name], f.name
+
+
+def test_options_are_checked_before_loading_with_one_line():
+    cases = [
+        ("toy", {"weights": "random"}, "model 'toy' does not take weights; its options are: cfg_scale,"),
+        ("debug", {"grid_h": "abc"}, "model 'debug': model.options.grid_h must be int, got 'abc'"),
+        ("debug", {"dtype": "bf16"}, "model 'debug': model.dtype 'bf16' is not available; choose one of: auto, fp32"),
+        ("janus", {"size": "3B"}, "model.size '3B' is not available; choose one of: 1B, 7B"),
+        ("janus", {"weights": "random", "size": "3B"}, "choose one of: 1B, 7B, tiny"),
+        ("janus", {"weights": "maybe"}, "model.weights 'maybe' is not available; choose one of: pretrained, random"),
+        ("lumina", {"resolution": 640}, "model.resolution 640 is not available; choose one of: 512, 768, 1024"),
+        ("emu3", {"resolution": 30}, "model.resolution 30 must be a multiple of 8"),
+    ]
+    for name, options, needle in cases:
+        with pytest.raises(UserError) as error:
+            registry.check_options(name, options)
+        assert needle in str(error.value) and "\n" not in str(error.value), (name, str(error.value))
+
+
+def test_unknown_model_lists_the_models():
+    with pytest.raises(UserError) as error:
+        registry.build_adapter("nope", {}, "cpu")
+    assert str(error.value) == f"unknown model 'nope'; choose one of: {', '.join(NAMES)}"
+
+
+def test_a_local_checkpoint_may_have_any_resolution_of_the_grid():
+    registry.check_options("lumina", {"path": "/somewhere", "resolution": 640})  # no released-size check
+
+
+def test_fp64_reaches_the_toy_through_the_run_config():
+    config = compose_run(["model=toy", "model.dtype=fp64"])
+    adapter = registry.build_adapter("toy", dict(config.model.options), "cpu")
+    import torch
+
+    assert adapter.dtype == torch.float64 and adapter.model.head.weight.dtype == torch.float64
+
+
+def test_fingerprints_of_random_weights_say_so():
+    options = {"weights": "random", "size": "tiny", "resolution": 64}
+    for name in ("lumina", "llamagen", "janus"):
+        assert registry.weights_fingerprint(name, options) == "random weights (tiny): meaningless tokens"
+    assert registry.weights_fingerprint("debug", {}) is None
+    assert registry.image_token_count("debug", {"n_codes": 12}) == 12
+    assert registry.image_token_count("janus", options) is None
