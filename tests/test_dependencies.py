@@ -21,7 +21,7 @@ MODULE = {
 # dependencies we never import ourselves: (file of ours, the call that needs them, why)
 INDIRECT = {
     "torch-fidelity": (
-        "sjdbench/evaluators/inception.py",
+        "sjdbench/eval/evaluators/inception.py",
         "NoTrainInceptionV3",
         "torchmetrics' Inception feature extractor comes from torch-fidelity",
     ),

@@ -272,8 +272,11 @@ def test_broken_reference_is_detected(exact):
 
 def test_tree_longest_path_reading_is_detected_fast(exact):
     """The released code's tree verification (longest accepted path, so sibling k > 0 may win although
-    sibling 0 passed) fails the test the exact tree passes."""
-    check_broken_detected(N_FAST, exact, P_PASS, "tree_longest")
+    sibling 0 passed) fails the test the exact tree passes. With the released reading of an empty
+    sibling residual (later siblings fail) its departure is smaller than it was: measured at 8k, chi2 =
+    206 at 107 dof decoded one at a time, 148 (p = 5e-3) batched with per-sample seeds; at 16k batched,
+    225 at 136 dof (p = 2e-6). So the fast suite draws 16k."""
+    check_broken_detected(2 * N_FAST, exact, P_PASS, "tree_longest")
 
 
 @pytest.mark.slow

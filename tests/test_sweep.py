@@ -89,10 +89,10 @@ def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, tim
     plan = build_plan(words(tmp_path, "decoder=sjd,sjd_vp", "decoder.window=2"))
     real = RunWriter.decode
 
-    def flaky(self, prompt, sample):
+    def flaky(self, keys):
         if self.spec.config.decoder.name == "sjd_vp":
             raise RuntimeError("out of memory")
-        return real(self, prompt, sample)
+        return real(self, keys)
 
     monkeypatch.setattr(RunWriter, "decode", flaky)
     results = execute_sweep(plan, timing=timing)
@@ -119,7 +119,10 @@ def test_sharded_run_merges_to_the_unsharded_rows(tmp_path):
     merged = execute(compose_run([*base, f"results_dir={tmp_path / 'sharded'}"]))
     assert merged.new_samples == 0 and merged.status == "complete" and merged.summary["n_samples"] == 5
     single = execute(compose_run([*base, f"results_dir={tmp_path / 'single'}"]))
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("latency_s", "machine", "timing")} for r in rows]  # noqa: E731
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k not in ("latency_s", "machine", "timing", "stream")} for r in rows]  # noqa: E731
+
     sharded_rows = RunStore(tmp_path / "sharded", merged.run_id).rows()
     single_rows = RunStore(tmp_path / "single", single.run_id).rows()
     assert merged.run_id == single.run_id
@@ -282,9 +285,9 @@ def test_paired_timing_interleaves_ar_and_each_decoder_prompt_by_prompt(tmp_path
     order = []
     real = RunWriter.decode
 
-    def recording(self, prompt, sample):
-        order.append((prompt.prompt_id, self.spec.config.decoder.name))
-        return real(self, prompt, sample)
+    def recording(self, keys):
+        order.extend((prompt.prompt_id, self.spec.config.decoder.name) for prompt, _ in keys)
+        return real(self, keys)
 
     monkeypatch.setattr(RunWriter, "decode", recording)
     plan = build_plan(words(tmp_path, "decoder=sjd,lantern", "decoder.window=3", "sweep.timing=paired"))

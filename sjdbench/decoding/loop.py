@@ -313,7 +313,9 @@ class BatchDecode:
         bad = non_finite(logits, p) | self.bad_prefill
         self.bad_prefill = torch.zeros_like(bad)
         nodes = Drafts.cat([w.nodes for w in windows])
-        return Fed(windows, lengths, positions, tokens, p, bad, nodes, _offsets([len(w.nodes) for w in windows]))
+        return Fed(
+            windows, lengths, positions, tokens, p, logits, bad, nodes, _offsets([len(w.nodes) for w in windows])
+        )
 
     def verify(self, fed: Fed) -> tuple[list[Verdict], torch.Tensor]:
         """Every draft's test at once (one verifier call, one host sync, which also brings the last
@@ -518,7 +520,8 @@ class BatchDecode:
     def raise_non_finite(self, fed: Fed) -> None:
         """The error path: the first sample and position whose logits or probabilities are bad."""
         for b, w in enumerate(fed.windows):
-            bad = ~torch.isfinite(fed.p[b, : len(w)]).all(-1)
+            raw = fed.logits[b, :, : len(w)]  # (2, L, V): NaN or +inf anywhere (greedy's p stays finite)
+            bad = ~(raw < float("inf")).all(-1).all(0) | ~torch.isfinite(fed.p[b, : len(w)]).all(-1)
             if bool(bad.any()):
                 raise NonFiniteLogits(int(w.positions[int(bad.long().argmax())]) + 1, self.rows[b].request.prompt)
         raise NonFiniteLogits(0, self.rows[0].request.prompt)  # a prompt's own logits (the prefill)
@@ -533,6 +536,7 @@ class Fed:
     positions: np.ndarray  # (B, L) host, padded with each window's last position
     tokens: torch.Tensor  # (B, L) slot inputs, padded likewise
     p: torch.Tensor  # (B, L, V) processed distributions
+    logits: torch.Tensor  # (B, 2, L, V) what the model returned
     bad: torch.Tensor  # () NaN/+inf logits or probabilities anywhere (device flag)
     nodes: Drafts  # every window's draft slots, window by window
     offsets: np.ndarray  # (B,) where each window's nodes start in `nodes`

@@ -51,6 +51,11 @@ class Table:
     warnings: list[str] = field(default_factory=list)
     group: tuple[str, str] = ("", "")  # (model, data)
 
+    def __post_init__(self) -> None:
+        missing = [m.key for m in self.metrics if m.key not in self.frame]
+        if missing:  # runs written before a field existed: shown as "–", never as another number
+            self.frame = self.frame.assign(**dict.fromkeys(missing, np.nan))
+
     def rounded(self, metric: Metric) -> pd.Series:
         return self.frame[metric.key].apply(lambda v: round(float(v), metric.digits) if _present(v) else np.nan)
 
@@ -100,9 +105,9 @@ def quality_digits(values) -> int:
 
 SPEED_METRICS = [
     Metric("latency_s_mean", "latency (s)", 3, "min"),
-    Metric("images_per_s", "images/s", 2, "max"),
     Metric("speedup", "speedup", 2, "max", ci=True),
     Metric("speedup_n", "N paired", 0),  # prompts the speedup pairs: always shown beside it
+    Metric("images_per_s", "images/s", 2, "max"),
     Metric("nfe_mean", "NFE", 1, "min"),
     Metric("step_compression", "step compression", 2, "max"),
     Metric("acceptance_rate", "acceptance", 2, "max"),
