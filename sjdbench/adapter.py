@@ -136,6 +136,7 @@ class ImageARAdapter(Protocol):
         positions: torch.Tensor,
         mask: torch.Tensor | None = None,
         horizon: int | None = None,
+        lengths: list[int] | None = None,
     ) -> torch.Tensor:
         """One window forward for every sample in the cache: tokens (B, L) at segment positions
         (B, L) -> logits (B, 2, L, V) in `dtype`.
@@ -146,7 +147,8 @@ class ImageARAdapter(Protocol):
         window's keys and values are held until `commit`; nothing is committed by the forward
         itself. horizon (host int, optional): no slot sits at a position >= horizon, so committed
         entries from there on need not be attended to (a cheaper forward; never needed for
-        correctness, and a compiled forward may ignore it to keep its shapes static).
+        correctness, and a compiled forward may ignore it to keep its shapes static). lengths
+        (optional): each sample's real slots; the rest pad its window and may be answered with anything.
         """
         ...
 

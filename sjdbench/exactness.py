@@ -95,31 +95,44 @@ class TabulatedAdapter:
         positions: torch.Tensor,
         mask: torch.Tensor | None = None,
         horizon: int | None = None,
+        lengths: list[int] | None = None,
     ) -> torch.Tensor:
-        return torch.stack(
-            [
-                self._forward_one(c, tokens[b], positions[b], None if mask is None else mask[b])
-                for b, c in enumerate(cache)
-            ]
-        )
+        L = tokens.shape[1]
+        host_mask = None if mask is None else mask.cpu().numpy()
+        out = []
+        for b, c in enumerate(cache):
+            n = L if lengths is None else lengths[b]
+            sample_mask = None if mask is None else mask[b, :n, :n]
+            logits = self._forward_one(
+                c, tokens[b, :n], positions[b, :n], sample_mask, None if mask is None else host_mask[b, :n, :n]
+            )
+            if n < L:  # padding slots: never read
+                logits = torch.cat([logits, logits[:, -1:].expand(-1, L - n, -1)], dim=1)
+            out.append(logits)
+        return torch.stack(out)
 
     def _forward_one(
-        self, cache: dict, tokens: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None
+        self,
+        cache: dict,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None,
+        host_mask: np.ndarray | None,
     ) -> torch.Tensor:
         values, where = tokens.tolist(), positions.tolist()
         cache["window"] = (values, where)
         if cache["live"]:
             return self._live(("forward", tokens, positions, mask), cache)
+        committed = cache["committed"]
         rows = []
         for i, pos in enumerate(where):
-            seen = {j: t for j, t in enumerate(cache["committed"][:pos]) if t >= 0}
-            for j in range(len(values)):
-                if (j <= i) if mask is None else bool(mask[i, j]):
-                    seen[where[j]] = values[j]
-            prefix = tuple(seen.get(j, -1) for j in range(pos + 1))
+            prefix = committed[: pos + 1]
+            visible = range(i + 1) if host_mask is None else np.flatnonzero(host_mask[i]).tolist()
+            for j in visible:
+                prefix[where[j]] = values[j]
             if -1 in prefix:  # a context with holes: the wrapped model answers from here on
                 return self._live(("forward", tokens, positions, mask), cache)
-            rows.append(self.table[prefix])
+            rows.append(self.table[tuple(prefix)])
         cache["calls"].append(("forward", tokens, positions, mask))
         return torch.stack(rows, dim=1).to(self.device)  # (2, L, V)
 

@@ -306,7 +306,9 @@ class BatchDecode:
                 n = len(w)
                 mask[b, :n, :n] = w.mask if w.mask is not None else torch.ones(n, n, dtype=torch.bool).tril()
         positions_t = torch.as_tensor(positions, device=self.device)
-        logits = self.adapter.forward(self.cache, tokens, positions_t, mask, int(positions.max()) + 1)  # (B, 2, L, V)
+        padded = None if (lengths == L).all() else lengths.tolist()
+        extra = {} if padded is None else {"lengths": padded}  # an unpadded batch needs no lengths
+        logits = self.adapter.forward(self.cache, tokens, positions_t, mask, int(positions.max()) + 1, **extra)
         masks = self.constants.masks
         targets = (positions_t + 1).clamp_max(self.N - 1)
         p = process_logits(logits, masks.rows[masks.index[targets]], self.sampling)  # (B, L, V)

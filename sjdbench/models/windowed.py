@@ -124,6 +124,7 @@ class WindowedAdapter:
         positions: torch.Tensor,
         mask: torch.Tensor | None = None,
         horizon: int | None = None,
+        lengths: list[int] | None = None,  # padding slots are computed like any other: nothing to skip
     ) -> torch.Tensor:
         B, L = tokens.shape
         pad_to = cache.window if self.compile else None
