@@ -406,7 +406,7 @@ class BatchDecode:
             real_b = _cat([np.full(len(v.realized), b) for b, v in enumerate(verdicts)])
             real_slot = _cat([v.realized for v in verdicts])
             index = torch.as_tensor(np.stack([real_b, real_slot, fed.positions[real_b, real_slot] + 1]), device=device)
-            p_real = fed.p[index[0], index[1]]  # (R, V)
+            p_real = _rows(fed.p, real_b, real_slot, index)  # (R, V)
             init.observe_p(self.init_state, index[0], index[2], p_real)
             if history is not None:
                 history.push(index[0], index[2], p_real)
@@ -437,13 +437,14 @@ class BatchDecode:
         if history is not None:
             if len(tested_):  # growth flags, to the recorder with the next host sync
                 index = torch.as_tensor(np.stack([test_b, test_pos, test_node]), device=device)
-                nodes, dec, node = fed.nodes, self.decoder, index[2]
+                nodes, dec = fed.nodes, self.decoder
+                eligible, grew, tokens = _entries((nodes.eligible, nodes.grew, nodes.tokens), test_node, index[2])
                 where = history.locate(index[0], index[1])
                 flags = torch.stack(
                     [
-                        nodes.eligible[node],
-                        nodes.grew[node],
-                        history.grew(where, nodes.tokens[node], dec.growth_steps, dec.strict_increases),
+                        eligible,
+                        grew,
+                        history.grew(where, tokens, dec.growth_steps, dec.strict_increases),
                         where[1] >= dec.growth_observations,
                     ],
                     dim=-1,
@@ -499,10 +500,12 @@ class BatchDecode:
             np.stack([sample_ids, source_slots, target_host, np.maximum(carried_nodes, 0)]), device=device
         )
         sb, targets = index[0], index[2]
-        p = fed.p[sb, index[1]]  # (S, V)
+        p = _rows(fed.p, sample_ids, source_slots, index)  # (S, V)
         has_old = torch.as_tensor(carried_nodes >= 0, device=device)
         if len(fed.nodes):
-            old = Carried(fed.nodes.tokens[index[3]], fed.nodes.refs[index[3]], has_old)
+            old = Carried(
+                *_entries((fed.nodes.tokens, fed.nodes.refs), np.maximum(carried_nodes, 0), index[3]), has_old
+            )
         else:
             old = Carried(torch.zeros_like(sb), torch.zeros_like(p), has_old)
         growth = observed = None
@@ -590,7 +593,9 @@ def verify_windows(
     residual_rows = np.flatnonzero(rejected >= 0)
     if residual_rows.size:  # the verifier's replacement where a draft was rejected
         index = torch.as_tensor(np.stack([residual_rows, rejected[residual_rows]]), device=device)
-        residual = verifier.replacement(base[index[0]], nodes.refs[index[1]], nodes.tokens[index[1]])
+        (before,) = _entries((base,), residual_rows, index[0])
+        refs, tokens = _entries((nodes.refs, nodes.tokens), rejected[residual_rows], index[1])
+        residual = verifier.replacement(before, refs, tokens)
         base = residual if residual_rows.size == base.shape[0] else base.index_copy(0, index[0], residual)
     return verdicts, sample(base, Draws(generators, [len(v.emit_slots) for v in verdicts], device)), carried
 
@@ -609,6 +614,33 @@ def _pad(values: np.ndarray, length: int) -> np.ndarray:
 
 def _offsets(counts: list[int]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+
+
+def _span(index: np.ndarray) -> slice | None:
+    """index (k,) as a slice when it is consecutive (a chain's slots: a view instead of a gather)."""
+    if (
+        index.size
+        and int(index[-1]) - int(index[0]) == index.size - 1
+        and (index.size < 3 or (np.diff(index) == 1).all())
+    ):
+        return slice(int(index[0]), int(index[-1]) + 1)
+    return None
+
+
+def _rows(values: torch.Tensor, samples: np.ndarray, slots: np.ndarray, index: torch.Tensor) -> torch.Tensor:
+    """values[samples, slots] (values: (B, L, ...)): one sample's consecutive slots as a view; index
+    holds the same samples and slots on the device (rows 0 and 1) for the general case."""
+    if samples.size and samples[0] == samples[-1] and (samples == samples[0]).all():
+        span = _span(slots)
+        if span is not None:
+            return values[int(samples[0]), span]
+    return values[index[0], index[1]]
+
+
+def _entries(columns: tuple[torch.Tensor, ...], host: np.ndarray, device_index: torch.Tensor) -> list[torch.Tensor]:
+    """Each column's entries at `host` (k,) (the same index on the device), as views when consecutive."""
+    span = _span(host)
+    return [column[span] if span is not None else column[device_index] for column in columns]
 
 
 def _cat(arrays: list[np.ndarray]) -> np.ndarray:
