@@ -176,8 +176,10 @@ def unused_runs(all_runs: pd.DataFrame) -> list[str]:
             wanted = run.get("selection_n") if pd.notna(run.get("selection_n")) else run.get("n_wanted")
             have = run.get("n_rows")
             of = f"{int(have)} of {int(wanted)}" if pd.notna(wanted) and pd.notna(have) else f"{int(have or 0)}"
+            why = run.get("incomplete_why")
+            why = f", {why}" if isinstance(why, str) else ""
             out.append(
-                f"{run['run_id']} ({run.get('decoder')}): incomplete, {of} samples "
+                f"{run['run_id']} ({run.get('decoder')}): incomplete, {of} samples{why} "
                 "(not used; re-run its command to finish it)"
             )
     return out
