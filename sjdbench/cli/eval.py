@@ -36,6 +36,8 @@ def report_outcome(outcome) -> None:
     """A note for a refused score or one whose comparisons wait for another run."""
     if outcome.status == "refused":
         note(f"{outcome.run_id}: {outcome.message}")
+    elif outcome.status == "scored" and outcome.message:
+        note(f"{outcome.run_id}: {outcome.message}")
     elif outcome.doc and outcome.doc.get("pending") and outcome.status != "present":
         note(f"{outcome.run_id} {outcome.evaluator}: waiting for {'; '.join(outcome.doc['pending'])}")
 

@@ -148,6 +148,9 @@ def row_problem(row: Any) -> str | None:
     sample = row.get("sample", 0)
     if not isinstance(sample, int) or isinstance(sample, bool) or sample < 0:
         return f"has sample = {sample!r}, not an integer >= 0"
+    for key in ("prompt", "image"):
+        if row.get(key) is not None and not isinstance(row[key], str):
+            return f"has {key} = {json.dumps(row[key], default=str)[:40]}, not text"
     for key in NUMBER_FIELDS:
         value = row.get(key)
         if value is not None and not _number(value):
