@@ -106,7 +106,8 @@ def read_run(run_dir: Path) -> dict[str, Any]:
             "decoder_spec": spec,
             "chain": part_chain(spec),
             "is_ar": is_ar(spec),
-            "greedy": is_greedy(spec),
+            # greedy by its verifier, or by its sampling (temperature 0: argmax draws)
+            "greedy": is_greedy(spec) or (env.get("sampling") or {}).get("temperature") == 0,
             # the parts' own claim, recorded by the runner; derived from the stored spec for older runs
             "lossless": bool(record["decoder_lossless"]) if "decoder_lossless" in record else is_lossless(spec),
             "samples_per_prompt": config.get("samples_per_prompt", 1),
