@@ -101,6 +101,8 @@ def timing_warnings(runs: pd.DataFrame, samples: pd.DataFrame, pairings: pd.Data
     """Busy-machine latencies, AR baselines timed in another session, runs without a baseline."""
     out = []
     labels = dict(zip(runs["run_id"], runs["decoder"] + " W=" + runs["window"].astype(str)))
+    if "seed" in runs and runs["seed"].nunique() > 1:  # runs that differ only in their seed: name it
+        labels = {run_id: f"{text} seed={seed}" for (run_id, text), seed in zip(labels.items(), runs["seed"])}
     own = samples[samples["run_id"].isin(runs["run_id"])]
     if "machine.busy" in own:
         busy = own[own["machine.busy"].fillna(False).astype(bool)].groupby("run_id").size()

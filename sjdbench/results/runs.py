@@ -83,7 +83,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     summary, env, config, problems, newer = _files(run_dir)
     facts, wrong = _facts(config, env, summary)
-    if wrong:
+    if wrong and not any(p.startswith("config.yaml") for p in problems):
         problems.append(wrong)
     status = run_status(summary or None, env or None)
     record: dict[str, Any] = dict(summary)

@@ -237,6 +237,8 @@ def select_runs(runs: pd.DataFrame, selection: Selection, baselines: bool = True
     with `baselines`, the AR baseline of each chosen decoder run. UserError when nothing matches,
     naming what the store holds."""
     if runs.empty:
+        if not selection.root.exists():
+            raise UserError(f"{WORD} {selection.root} does not exist; name the store that holds runs/ ({WORD}=DIR)")
         raise UserError(f"no runs in {selection.root / 'runs'}; run `sjdbench sweep ...` first or pass {WORD}=<dir>")
     keep = pd.Series(True, index=runs.index)
     if selection.sweeps:
