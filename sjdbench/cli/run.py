@@ -69,8 +69,8 @@ def outcome_text(outcome) -> str:
 def held_text(summary: dict) -> str:
     """How much of the prompt set the run holds: "complete" only when it holds all of it."""
     held, wanted = summary.get("n_samples", 0), summary.get("n_wanted")
-    whole = "complete: the whole prompt set" if summary.get("complete") else "not the whole prompt set (data.limit)"
-    return f"{held} of {wanted} samples of the prompt set stored ({whole})"
+    whole = "complete: the whole set" if summary.get("complete") else "not complete: a data.limit selection"
+    return f"{held} of {wanted} samples of the prompt set stored; {whole}"
 
 
 def _speedup_vs_ar(root, run_id: str):

@@ -167,13 +167,19 @@ def sweep_counts(plan, results: list, summaries: list[dict]) -> str:
         counts[words.get(status, status)] = counts.get(words.get(status, status), 0) + 1
     did = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
     complete = sum(1 for s in summaries if s.get("complete"))
-    held = sorted({(s.get("n_samples"), s.get("n_wanted")) for s in summaries if not s.get("complete")})
-    parts = [f"{complete} complete (the whole prompt set)"] if complete else []
-    if held:
-        shown = ", ".join(f"{n} of {w}" for n, w in held[:3]) + (", ..." if len(held) > 3 else "")
-        parts.append(f"{len(summaries) - complete} holding part of it ({shown} samples: data.limit)")
+    partial = [s for s in summaries if not s.get("complete")]
+    held = sorted({(s.get("n_samples"), s.get("n_wanted")) for s in partial}, key=str)
+    shown = ", ".join(f"{n} of {w}" for n, w in held[:3]) + (", ..." if len(held) > 3 else "")
+    if not summaries:
+        parts = ["no run holds samples"]
+    elif not complete:
+        parts = [f"none holds its whole prompt set (they hold {shown} samples: data.limit)"]
+    else:
+        parts = [f"{complete} complete (the whole prompt set)"]
+        if partial:
+            parts.append(f"{len(partial)} not ({shown} samples: data.limit)")
     n = len(plan.points)
-    return f"{n} run{'s' if n != 1 else ''} ({did}); {'; '.join(parts) or 'no run holds samples'}"
+    return f"{n} run{'s' if n != 1 else ''} ({did}); {', '.join(parts)}"
 
 
 def _cuda_visible() -> bool:

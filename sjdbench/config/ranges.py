@@ -6,13 +6,14 @@
 - refused right after the model loads, before anything decodes (`fit_to_model`): growth steps no
   history can reach on this model (every iteration commits at least one token, so a position is
   observed at most once per iteration and at most as many times as the image has positions);
+- a note after the model loads: growth steps a chain window of this size cannot reach (a position
+  stays in a W-slot chain window for at most W iterations);
 - clamped with a note after the model loads (`fit_to_model`): a window larger than any forward can
   use on this model's images (the same tokens as at the largest useful window, without allocating
   caches for slots that are never fed; env.json records `window_used`);
 - notes before any model loads (`spec_notes`, carried by the RunSpec): a data.limit beyond the
   prompt set (all prompts are used), a batch larger than the samples to decode, more threads than
-  CPUs, growth steps that a chain window of this size cannot reach, a data.column a .txt file does
-  not read.
+  CPUs, a data.column a .txt file does not read.
 
 The segment length (positions per image) is known only once the model is built for most models,
 hence the two checks after loading; they run before the first decode, so a mistake still costs a
@@ -91,6 +92,12 @@ def fit_to_model(spec: RunSpec, decoder: Any, adapter: Any) -> tuple[Any, list[s
             f"({resolved.growth_reading}); use decoder.growth_steps=1..{max(most, 1)}"
         )
     notes = []
+    if resolved.topology.name == "chain" and needed > resolved.window:
+        notes.append(
+            f"at decoder.window={resolved.window} a position stays in the window for at most {resolved.window} "
+            f"iterations, so growth over decoder.growth_steps={resolved.growth_steps} ({resolved.growth_reading}: "
+            f"{needed} observations) never fires: growth statistics stay 0 and VP never fuses"
+        )
     most = useful_window(resolved, n_positions)
     if most is not None and resolved.window > most:
         decoder = dataclasses.replace(decoder, window=most)
@@ -112,20 +119,14 @@ def spec_notes(config: RunConfig, spec: DecoderSpec, set_size: int, selected: in
     samples = selected * config.samples_per_prompt
     if config.batch_size > 1 and samples and config.batch_size > samples:
         notes.append(
-            f"batch_size={config.batch_size} but the run decodes at most {samples} samples: at most {samples} "
-            "decode together (the run id keeps batch_size)"
+            f"batch_size={config.batch_size} but the run decodes at most {samples} sample{'s' if samples > 1 else ''}: "
+            f"at most {samples} decode together (the run id keeps batch_size={config.batch_size})"
         )
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if config.threads is not None and config.threads > cpus:
         notes.append(
             f"threads={config.threads} exceeds the {cpus} CPUs this process may use: threads that wait for each "
             "other slow every matmul (see README, Reproducibility and performance)"
-        )
-    if not spec.is_ar and spec.topology.name == "chain" and observations_needed(spec) > spec.window:
-        notes.append(
-            f"at decoder.window={spec.window} a position stays in the window for at most {spec.window} iterations, "
-            f"so growth over decoder.growth_steps={spec.growth_steps} ({spec.growth_reading}: "
-            f"{observations_needed(spec)} observations) never fires: growth statistics stay 0 and VP never fuses"
         )
     path = config.data.path
     if path and path != "???" and Path(path).suffix.lower() not in (".tsv", ".csv") and config.data.column != "prompt":

@@ -428,21 +428,25 @@ def read_scores(runs: pd.DataFrame) -> Scores:
             record = read_score(path, run["run_id"])
             (records if is_current(record, run) else stale).append(record)
     current = pd.DataFrame.from_records(records, columns=SCORE_COLUMNS)
-    fresh = {(r["run_id"], r["evaluator"]): r for r in records}
+    fresh = {(r["run_id"], r["evaluator"]) for r in records}
+    held = runs.set_index("run_id")["n_rows"].to_dict() if "n_rows" in runs else {}
+    grouped: dict[tuple[str, bool], list[dict]] = {}
+    for record in stale:  # one line per run: superseded (a current score exists) or stale (none does)
+        key = (record["run_id"], (record["run_id"], record["evaluator"]) in fresh)
+        grouped.setdefault(key, []).append(record)
     lines = []
-    for record in stale:
-        name, held = Path(record["file"]).name, runs.set_index("run_id")["n_rows"].get(record["run_id"])
-        newer = fresh.get((record["run_id"], record["evaluator"]))
-        what = f"run {record['run_id']}: score {name} ({record['evaluator']} over {record['n']} samples)"
-        if newer is not None:
+    for (run_id, superseded), files in sorted(grouped.items()):
+        names = ", ".join(sorted(Path(r["file"]).name for r in files))
+        counts = "/".join(sorted({str(r["n"]) for r in files}))
+        what = f"run {run_id}: {len(files)} score file{'s' if len(files) > 1 else ''} over {counts} samples ({names})"
+        if superseded:
             lines.append(
-                f"{what} is superseded by {Path(newer['file']).name} over the {newer['n']} samples the run holds now "
-                "(kept on disk, not shown)"
+                f"{what}: superseded by scores of the {held.get(run_id)} samples it holds now (kept, not shown)"
             )
         else:
             lines.append(
-                f"{what} is stale: the run holds {held} samples now; `sjdbench eval {record['run_id']}` scores "
-                "them (kept on disk, not shown)"
+                f"{what}: stale, the run holds {held.get(run_id)} samples now; `sjdbench eval {run_id}` scores them "
+                "(kept, not shown)"
             )
     return Scores(current, lines, damaged)
 
