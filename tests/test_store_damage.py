@@ -141,6 +141,16 @@ DAMAGE = {
 }
 
 
+EVAL_TOO = (
+    "summary random bytes",
+    "summary newer schema",
+    "env missing",
+    "config missing",
+    "samples deleted",
+    "a garbage line",
+)
+
+
 def _insert(path: Path, index: int, line: bytes) -> None:
     lines = path.read_bytes().splitlines(keepends=True)
     lines.insert(index, line)
@@ -164,7 +174,8 @@ def test_a_damaged_run_is_one_line_for_report_eval_and_the_api(store, tmp_path, 
     else:
         assert "upgrade sjdbench" in line
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # nothing half-written
-    one_line(evaluate(root, "model=toy"), ids["sjd"], needle)
+    if damage in EVAL_TOO:  # eval selects through the same reader: a few classes suffice
+        one_line(evaluate(root, "model=toy"), ids["sjd"], needle)
     with pytest.raises(UserError, match=needle.replace("(", r"\(").replace("[", r"\[")):
         sjdbench.load_runs(root)
 
