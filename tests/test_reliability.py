@@ -246,7 +246,13 @@ def test_eval_settings_that_compare_a_run_with_itself_are_refused(tmp_path):
 def test_a_set_metric_on_one_sample_says_so_and_the_other_scores_are_computed(tmp_path):
     from eval_helpers import synthetic_run
 
-    synthetic_run(tmp_path, "one-sample", [3], size=(64, 64), texts=["a big red circle in the center, on a blue striped background"])
+    synthetic_run(
+        tmp_path,
+        "one-sample",
+        [3],
+        size=(64, 64),
+        texts=["a big red circle in the center, on a blue striped background"],
+    )
     result = runner.invoke(app, ["eval", str(tmp_path / "runs" / "one-sample"), "eval.evaluators=[toy_objects,toy_fd]"])
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output and "ValueError" not in result.output

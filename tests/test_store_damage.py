@@ -351,8 +351,11 @@ def test_migrate_refuses_a_missing_folder_or_a_file_and_reads_damage_without_a_t
     )
     (tmp_path / "a_file").write_text("x")
     one_line(runner.invoke(app, ["migrate", "--results-dir", str(tmp_path / "a_file")]), "is a file")
-    (tmp_path / "empty").mkdir()
-    one_line(runner.invoke(app, ["migrate", f"results_dir={tmp_path / 'empty'}"]), "is not a results folder")
+    (tmp_path / "empty").mkdir()  # an empty folder is an empty store: nothing to migrate
+    assert "0 run(s)" in runner.invoke(app, ["migrate", f"results_dir={tmp_path / 'empty'}"]).stdout
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    one_line(runner.invoke(app, ["migrate", f"results_dir={tmp_path / 'other'}"]), "is not a results folder")
     _random(run / "env.json")
     _random(run / "summary.json")
     result = runner.invoke(app, ["migrate", f"results_dir={root}"])

@@ -70,9 +70,9 @@ def check_store(root: Path) -> None:
         )
     if not root.is_dir():
         raise UserError(f"results_dir {root} is a file, not a results folder; name the folder that holds runs/")
-    if not (root / "runs").is_dir() and not (root / "store.json").exists():
+    if not (root / "runs").is_dir() and not (root / "store.json").exists() and any(root.iterdir()):
         raise UserError(
-            f"{root} is not a results folder (no runs/ and no store.json); name the folder that holds runs/"
+            f"{root} is not a results folder (files, but no runs/ and no store.json); name the folder that holds runs/"
         )
     check_marker(root)
 
