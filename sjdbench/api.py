@@ -147,8 +147,10 @@ def decode(
 
 
 def load_runs(results_dir: str | None = None, **filters: Any) -> pd.DataFrame:
-    """The runs of a store, one row per run: its summary fields, `status` (complete, finished,
-    incomplete, legacy), decoder spec (spec.*), env.json (env.*), and its speedup over its AR
+    """The runs of a store, one row per run: its summary fields (the statistics recomputed from the
+    sample rows present, `n_samples` counting them), `status` (complete, finished, incomplete,
+    legacy; a selected run that is damaged or written by a newer sjdbench raises UserError naming
+    it and the fix), decoder spec (spec.*), env.json (env.*), and its speedup over its AR
     baseline as `sjdbench report` prints it: `speedup`, `speedup_lo`, `speedup_hi` (95 % bootstrap
     CI), `speedup_n` (prompts paired) and `ar_run_id`. The AR baselines of the selected runs are
     included. results_dir: the store (default: $SJDBENCH_RESULTS, else ./results)."""
@@ -162,7 +164,7 @@ def load_runs(results_dir: str | None = None, **filters: Any) -> pd.DataFrame:
         for key, value in filters.items()
     ]
     selection = parse_selection(words, results_dir)
-    store = read_store(selection.root)
+    store = read_store(selection.root, rows=True)
     selected = select_runs(store, selection)
     usable = selected[selected["status"].isin(USABLE)]
     pairings = paired_runs(usable, store[store["status"].isin(USABLE)]) if not usable.empty else None

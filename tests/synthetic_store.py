@@ -18,6 +18,8 @@ from PIL import Image
 
 from sjdbench.config import compose_run, decoder_spec
 from sjdbench.config.identity import family, label
+from sjdbench.decoding.recorder import GROWTH as GROWTH_COUNTS
+from sjdbench.results.summary import summarize
 
 AR_LATENCY = [1.0, 2.0, 1.5, 3.0, 2.5]  # per prompt (5 prompts, 1 sample each)
 ENV = {
@@ -85,11 +87,15 @@ def write_run(root: Path, run: SynthRun, tokens: int = 20) -> str:
             "latency_s": AR_LATENCY[prompt_id] / run.ratios[prompt_id],
             "nfe": nfe,
             "n_tokens": tokens,
-            "accepted": 4,
-            "verified": 6,
+            "iterations": nfe,
+            "accepted": 4 if spec.window > 1 else 0,
+            "verified": 6 if spec.window > 1 else 0,
+            "accepted_no_fresh": 3 if spec.window > 1 else 0,
+            "verified_no_fresh": 5 if spec.window > 1 else 0,
             "accept_len_hist": hist,
             "slot_accepted": [3, 1],
             "slot_verified": [4, 2],
+            **dict.fromkeys(GROWTH_COUNTS, 1 if spec.window > 1 else 0),
             "trajectories": [{"pos": 3, "token": 7, "probs": [0.1 * (k + 1) for k in range(4)]}] * 3,
             "tokens": [1] * tokens,
             "image": None,
@@ -102,30 +108,19 @@ def write_run(root: Path, run: SynthRun, tokens: int = 20) -> str:
             row["image"] = f"images/{prompt_id:06d}_0.png"
         rows.append(row)
     (run_dir / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary = {
-        "n_samples": n,
+    summary = {  # what the runner writes: the statistics of the rows (results.summary), then what the run is
+        **summarize(rows),
         "n_wanted": len(AR_LATENCY),
         "complete": run.complete,
-        "n_tokens": float(tokens),
-        "nfe_mean": float(np.mean(run.nfe[:n])),
-        "step_compression": tokens * n / sum(run.nfe[:n]),
-        "acceptance_rate": None if spec.window == 1 else 0.6,
-        "acceptance_rate_no_fresh": None,
-        "mean_accepted_length": 2.0,
-        "latency_s_mean": float(np.mean([r["latency_s"] for r in rows])),
-        "latency_s_median": 1.0,
-        "tokens_per_s": 1.0,
-        "growth_share": None if spec.window == 1 else 0.1,
-        "growth_precision": None if spec.window == 1 else 0.5,
-        "growth_share_at_verify": None,
-        "accept_len_hist": [0, 3, 2, 1],
-        "slot_acceptance": [0.75, 0.5] if spec.window > 1 else [],
+        "finished": run.complete,
+        "selection_n": len(AR_LATENCY),
         "run_id": run_id,
         "model": "toy",
         "decoder": label(config),
         "decoder_preset": config.decoder.name,
         "decoder_family": family(spec),
         "decoder_spec": ident,
+        "decoder_lossless": spec.lossless(),
         "window": spec.window,
         "growth_steps": spec.growth_steps,
         "schema": 2,

@@ -34,7 +34,7 @@ def test_run_prints_a_summary_table(tmp_path):
     assert result.exit_code == 0, result.output
     assert "step x" in result.output and "accept" in result.output and "NFE" in result.output
     again = runner.invoke(app, args)
-    assert "already complete" in again.output
+    assert "already stored (nothing decoded)" in again.output
 
 
 def test_bad_choice_is_one_line_without_traceback():

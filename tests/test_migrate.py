@@ -44,7 +44,7 @@ def test_legacy_run_is_rekeyed_to_todays_id_and_resumed_not_redone(tmp_path):
     env = json.loads((root / "runs" / new_id / "env.json").read_text())
     assert env["schema"] == 2 and env["migrated_from"] == OLD_ID
     outcome = execute(config)
-    assert outcome.status == "complete" and outcome.new_samples == 0 and outcome.summary["n_samples"] == 2
+    assert outcome.status == "done" and outcome.new_samples == 0 and outcome.summary["n_samples"] == 2
     assert outcome.summary["decoder"] == "lantern(k=5,reading=ours_all)"
 
 

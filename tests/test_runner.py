@@ -66,7 +66,7 @@ def test_run_writes_the_layout(tmp_path):
 def test_finished_run_is_reported_not_redone(tmp_path):
     first = execute(config(tmp_path, "data.limit=2"))
     second = execute(config(tmp_path, "data.limit=2"))
-    assert second.status == "complete" and second.new_samples == 0
+    assert second.status == "done" and second.new_samples == 0
     assert second.run_id == first.run_id
     assert len(read_jsonl(Path(first.run_dir) / "samples.jsonl")) == 2
 

@@ -117,7 +117,7 @@ def test_sharded_run_merges_to_the_unsharded_rows(tmp_path):
     for i in range(2):
         execute(compose_run([*base, f"results_dir={tmp_path / 'sharded'}", f"data.shard={i}/2"]))
     merged = execute(compose_run([*base, f"results_dir={tmp_path / 'sharded'}"]))
-    assert merged.new_samples == 0 and merged.status == "complete" and merged.summary["n_samples"] == 5
+    assert merged.new_samples == 0 and merged.status == "done" and merged.summary["n_samples"] == 5
     single = execute(compose_run([*base, f"results_dir={tmp_path / 'single'}"]))
 
     def strip(rows):
@@ -160,7 +160,7 @@ def test_summary_reports_every_row_present_after_a_smaller_limit(tmp_path):
     summary = RunStore(tmp_path, plan.points[0].run_id).summary()
     assert (summary["n_samples"], summary["n_wanted"], summary["complete"]) == (4, 8, False)
     again = execute(compose_run([*SMALL, f"results_dir={tmp_path}", "data.limit=2", "decoder=sjd", "decoder.window=3"]))
-    assert again.status == "complete" and again.summary["n_samples"] == 4
+    assert again.status == "done" and again.summary["n_samples"] == 4
     full = execute(compose_run([*SMALL, f"results_dir={tmp_path}", "decoder=sjd", "decoder.window=3"]))
     assert full.status == "finished" and full.new_samples == 4 and full.summary["complete"] is True
 

@@ -36,6 +36,8 @@ def report_outcome(outcome) -> None:
     """A note for a refused score or one whose comparisons wait for another run."""
     if outcome.status == "refused":
         note(f"{outcome.run_id}: {outcome.message}")
+    elif outcome.status == "scored" and outcome.message:
+        note(f"{outcome.run_id}: {outcome.message}")
     elif outcome.doc and outcome.doc.get("pending") and outcome.status != "present":
         note(f"{outcome.run_id} {outcome.evaluator}: waiting for {'; '.join(outcome.doc['pending'])}")
 
@@ -101,7 +103,7 @@ def select_finished(words: list[str], results_dir: str | None = None) -> list:
     from sjdbench.results.store import USABLE
 
     selection = parse_selection(words, results_dir, command="eval")
-    chosen = select_runs(load_runs(selection.root), selection, baselines=False)
+    chosen = select_runs(load_runs(selection.root, rows=True), selection, baselines=False)
     usable = chosen[chosen["status"].isin(USABLE)]
     for _, run in chosen[~chosen["status"].isin(USABLE)].iterrows():
         why = "written by an older sjdbench (`sjdbench migrate` re-keys it)" if run["status"] == "legacy" else None

@@ -19,7 +19,7 @@ def report(
         "or folders, results_dir=DIR (the grammar of `sjdbench eval`). Default: every run in results/ (or "
         "$SJDBENCH_RESULTS).",
     ),
-    out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Output folder (default: <results_dir>/report)."),
+    out_dir: Optional[str] = typer.Option(None, "--out", "-o", help="Output folder (default: <results_dir>/report)."),
     every_run: bool = typer.Option(False, "--every-run", help="Main table: every run, not only the presets' defaults."),
     trace_drafts: int = typer.Option(
         0,
@@ -35,8 +35,11 @@ def report(
 
     if trace_drafts < 0:
         fail("--trace-drafts must be >= 0 (the number of prompts to replay per run)")
+    if out_dir is not None and not out_dir.strip():
+        fail("--out needs a folder, e.g. --out report/ (leave it out for <results_dir>/report)")
     try:
-        result = build_report(filters or [], out_dir, every_run=every_run, trace=trace_drafts, progress=line)
+        target = Path(out_dir).expanduser() if out_dir is not None else None
+        result = build_report(filters or [], target, every_run=every_run, trace=trace_drafts, progress=line)
     except UserError as error:
         fail(str(error))
     terminal = wide()

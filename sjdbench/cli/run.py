@@ -26,7 +26,7 @@ def run(
     from sjdbench.cli.migrate import note_legacy_runs
     from sjdbench.config.schema import compose_run, to_yaml
     from sjdbench.config.spec import resolve_run
-    from sjdbench.run.runner import Reporter, execute_runs
+    from sjdbench.run.runner import execute_runs
 
     try:
         reject_eval_words(overrides or [])
@@ -35,13 +35,16 @@ def run(
             out.print(to_yaml(config), highlight=False, markup=False)
             return
         spec = resolve_run(config)
-        for text in spec.decoder.unused_settings():
+        for text in [*spec.decoder.unused_settings(), *spec.notes]:
             note(text)
         note_legacy_runs(spec.root)
         with progress_bar(quiet) as bar:
             name = f"{config.model.name} / {spec.label}"
-            reporter = Reporter() if quiet else CliReporter(bar if err.is_terminal else None, name)
-            outcome = execute_runs([spec], None, reporter, "single")[0]
+            reporter = CliReporter(bar if err.is_terminal else None, name, quiet=quiet)
+            try:
+                outcome = execute_runs([spec], None, reporter, "single")[0]
+            finally:
+                reporter.close()
         speed, marks = _speedup_vs_ar(spec.root, outcome.run_id)
     except UserError as error:
         fail(str(error))
@@ -50,14 +53,24 @@ def run(
     except OSError as error:
         os_failure(error)
     summary = outcome.summary
-    verb = {"complete": "already complete (nothing redone)", "finished": "finished", "partial": "partial"}[
-        outcome.status
-    ]
-    of_set = f"; {summary.get('n_samples', 0)} of {summary.get('n_wanted')} samples of the prompt set stored"
-    say(f"run {outcome.run_id} {verb}: {outcome.new_samples} new samples -> {outcome.run_dir}{of_set}")
+    say(f"run {outcome.run_id} {outcome_text(outcome)} -> {outcome.run_dir}; {held_text(summary)}")
     out.print(summary_table("summary", [summary], speed, marks))
     for text in latency_warnings([summary]):
         line(text)
+
+
+def outcome_text(outcome) -> str:
+    """What this command did to the run, in words that do not claim more than it did."""
+    if outcome.status == "done":
+        return "already stored (nothing decoded)"
+    return f"{outcome.status}: {outcome.new_samples} new sample{'s' if outcome.new_samples != 1 else ''}"
+
+
+def held_text(summary: dict) -> str:
+    """How much of the prompt set the run holds: "complete" only when it holds all of it."""
+    held, wanted = summary.get("n_samples", 0), summary.get("n_wanted")
+    whole = "complete: the whole set" if summary.get("complete") else "not complete: a data.limit selection"
+    return f"{held} of {wanted} samples of the prompt set stored; {whole}"
 
 
 def _speedup_vs_ar(root, run_id: str):

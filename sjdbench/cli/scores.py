@@ -4,7 +4,6 @@ prints it)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -45,10 +44,10 @@ def _fd_vs_floor(doc: dict) -> str:
 
 
 def summary_of(run: Path) -> dict:
-    try:
-        return json.loads((run / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
+    """summary.json ({} when missing or damaged)."""
+    from sjdbench.results.files import read_json
+
+    return read_json(run / "summary.json").doc or {}
 
 
 def outcome_table(outcomes) -> Table:
@@ -95,13 +94,23 @@ def outcome_table(outcomes) -> Table:
     return table
 
 
-def latest_score(run: Path, evaluator: str) -> dict | None:
-    """The most recently written score of this evaluator for a run (any protocol)."""
-    from sjdbench.eval.evaluators.scorefile import read_score
+def current_scores(run: Path) -> tuple[dict, dict[str, dict]]:
+    """(the run's record as the store reads it, evaluator -> its current score document): scores of
+    the samples the run holds now (results.runs.is_current), the latest written when several
+    protocols are current; superseded files are never shown."""
+    import pandas as pd
 
-    folder = run / "scores"
-    files = sorted(folder.glob(f"{evaluator}-*.json"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
-    return read_score(files[-1]) if files else None
+    from sjdbench.eval.evaluators.scorefile import read_score
+    from sjdbench.results.runs import check_rows, read_run, read_scores
+
+    record = check_rows(read_run(run))
+    current = read_scores(pd.DataFrame([record])).current
+    docs: dict[str, dict] = {}
+    for row in sorted(current.to_dict("records"), key=lambda r: Path(r["file"]).stat().st_mtime):
+        doc = read_score(Path(row["file"]))
+        if doc:
+            docs[row["evaluator"]] = doc
+    return record, docs
 
 
 def _clip_delta(doc: dict) -> str:
@@ -148,15 +157,9 @@ def quality_table(runs: list[Path], speedups: dict[str, Speedup]) -> Table | Non
     that have scores; None when none has."""
     rows: list[tuple[dict, dict[str, Any]]] = []
     for run in runs:
-        names = (
-            sorted({p.name.rsplit("-", 1)[0] for p in (run / "scores").glob("*.json")})
-            if (run / "scores").is_dir()
-            else []
-        )
-        scores = {name: latest_score(run, name) for name in names}
-        scores = {name: doc for name, doc in scores.items() if doc}
+        record, scores = current_scores(run)
         if scores:
-            rows.append((summary_of(run) | {"run_id": run.name}, scores))
+            rows.append((summary_of(run) | {"run_id": run.name, "n_samples": record.get("n_rows")}, scores))
     if not rows:
         return None
     present = {name for _, scores in rows for name in scores}

@@ -94,24 +94,28 @@ def sweep(
             "array_parallelism": array_parallelism,
             "cpus_per_task": cpus_per_task,
         }
+        for text in dict.fromkeys(t for p in plan.points for t in p.spec.notes):
+            note(text)
         with progress_bar(transient=False) as bar:
             task = bar.add_task("sweep", total=len(plan.points))
             reporter = CliReporter(bar if err.is_terminal else None, "sweep")
-            count = {"n": 0}
+            seen: set[str] = set()
 
             def tick(result) -> None:
-                count["n"] += 1
-                bar.advance(task)
+                if result.status != "merged":  # a merge follows its shards' runs: not a run of its own
+                    seen.add(result.run_id)
+                    bar.update(task, completed=len(seen))
                 if not err.is_terminal:
-                    line(
-                        f"sweep {plan.sweep_id}: {count['n']}/{len(plan.points)} runs; {result.run_id} {result.status}"
-                    )
+                    line(f"sweep {plan.sweep_id}: {len(seen)}/{len(plan.points)} runs; {result.run_id} {result.status}")
                 if scorer:
                     scorer.on_result(result)
 
-            results = execute_sweep(
-                plan, executor, tick=tick, cluster=cluster, slurm=slurm, timing=timing, reporter=reporter
-            )
+            try:
+                results = execute_sweep(
+                    plan, executor, tick=tick, cluster=cluster, slurm=slurm, timing=timing, reporter=reporter
+                )
+            finally:
+                reporter.close()
         if scorer:
             scorer.finish()
         comparisons = latency_comparisons(plan)
@@ -124,11 +128,8 @@ def sweep(
         interrupted_sweep()
     except OSError as error:
         os_failure(error)
-    counts: dict[str, int] = {}
-    for result in results:
-        counts[result.status] = counts.get(result.status, 0) + 1
-    say(f"sweep {plan.sweep_id}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f" -> {plan.directory}")
     summaries = [s for s in (RunStore(root, p.run_id).summary() for p in plan.points) if s]
+    say(f"sweep {plan.sweep_id}: {sweep_counts(plan, results, summaries)} -> {plan.directory}")
     speedups = {run_id: as_speedup(row) for run_id, row in pairings.items()}
     marks = {
         run_id: ("" if entry["paired"] else "~") + ("!" if entry["busy_samples"] else "")
@@ -143,11 +144,42 @@ def sweep(
             f"warning: the speedups of {', '.join(unpaired)} compare latencies timed apart from AR's "
             "(machine state may differ); rows decoded with --timing paired are compared side by side"
         )
+    for result in results:
+        if result.status == "skipped":
+            line(f"warning: skipped {result.run_id}: {result.error}; re-run the sweep when it is free to finish it")
     failed = [r for r in results if r.status == "failed"]
     for result in failed:
         line(f"failed {result.run_id}: {result.error}")
     if failed:
         raise typer.Exit(1)
+
+
+def sweep_counts(plan, results: list, summaries: list[dict]) -> str:
+    """One true line: how many runs the sweep has, what this command did to them, and how much of
+    their prompt set they hold ("complete" only for runs that hold all of it)."""
+    final: dict[str, str] = {}
+    for result in results:
+        if result.status != "merged":
+            final[result.run_id] = result.status
+    words = {"done": "already stored", "finished": "decoded now", "partial": "partial", "failed": "failed"}
+    counts: dict[str, int] = {}
+    for status in final.values():
+        counts[words.get(status, status)] = counts.get(words.get(status, status), 0) + 1
+    did = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
+    complete = sum(1 for s in summaries if s.get("complete"))
+    partial = [s for s in summaries if not s.get("complete")]
+    held = sorted({(s.get("n_samples"), s.get("n_wanted")) for s in partial}, key=str)
+    shown = ", ".join(f"{n} of {w}" for n, w in held[:3]) + (", ..." if len(held) > 3 else "")
+    if not summaries:
+        parts = ["no run holds samples"]
+    elif not complete:
+        parts = [f"none holds its whole prompt set (they hold {shown} samples: data.limit)"]
+    else:
+        parts = [f"{complete} complete (the whole prompt set)"]
+        if partial:
+            parts.append(f"{len(partial)} not ({shown} samples: data.limit)")
+    n = len(plan.points)
+    return f"{n} run{'s' if n != 1 else ''} ({did}); {', '.join(parts)}"
 
 
 def _cuda_visible() -> bool:
@@ -175,7 +207,7 @@ class SweepScorer:
         return self.plan.directory.parent.parent
 
     def on_result(self, result) -> None:
-        if result.status in ("failed", "partial"):
+        if result.status in ("failed", "partial", "skipped"):
             return
         self._score([self._root() / "runs" / result.run_id])
 

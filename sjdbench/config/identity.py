@@ -186,6 +186,14 @@ def family(spec: DecoderSpec) -> str:
     return "custom"
 
 
+def _temperature(config: RunConfig) -> float | None:
+    """The sampling temperature a run was asked for (sampling.temperature, else model.options')."""
+    chosen = config.sampling.temperature
+    if chosen is None:
+        chosen = dict(config.model.options).get("temperature")
+    return chosen if isinstance(chosen, (int, float)) else None
+
+
 def label(config: RunConfig, spec: DecoderSpec | None = None) -> str:
     """The decoder's name for tables: its preset plus the knobs that differ from it (spec: the
     config's resolved decoder, when the caller holds it)."""
@@ -193,10 +201,13 @@ def label(config: RunConfig, spec: DecoderSpec | None = None) -> str:
     base_name = family(spec)
     if base_name == "custom":
         base_name = config.decoder.name
+    greedy_sampling = _temperature(config) == 0  # argmax draws: the sampling makes the run greedy
     if spec.is_ar:
-        return "ar(greedy)" if spec.greedy and not preset_spec("ar").greedy else "ar"
+        return "ar(greedy)" if (spec.greedy and not preset_spec("ar").greedy) or greedy_sampling else "ar"
     base = preset_spec(base_name)
     changes, swapped = [], []
+    if greedy_sampling and not spec.greedy:
+        changes.append("T=0")
     if spec.growth_steps != base.growth_steps:
         changes.append(f"N={spec.growth_steps}")
     if spec.growth_reading != base.growth_reading:

@@ -33,7 +33,15 @@ from sjdbench.config.schema import (
 )
 from sjdbench.decoding.verifiers.lantern import LEGACY_ZERO_ON
 from sjdbench.errors import UserError
-from sjdbench.results.store import SCHEMA, atomic_write_json, atomic_write_text
+from sjdbench.results.files import read_json
+from sjdbench.results.store import (
+    SCHEMA,
+    StoreError,
+    atomic_write_json,
+    atomic_write_text,
+    check_marker,
+    describe_os_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +54,27 @@ class Migration:
 
 
 def is_legacy(run_dir: Path) -> bool:
-    """A run written before run ids followed the built decoder: its env.json has no schema."""
-    env = run_dir / "env.json"
-    if not env.exists():
-        return False
-    try:
-        return "schema" not in json.loads(env.read_text())
-    except (OSError, json.JSONDecodeError):
-        return False
+    """A run written before run ids followed the built decoder: its env.json has no schema (a
+    damaged env.json is no run to migrate; readers name it)."""
+    doc = read_json(run_dir / "env.json").doc
+    return doc is not None and "schema" not in doc
+
+
+def check_store(root: Path) -> None:
+    """migrate works on an existing results folder: one line naming the mistake otherwise."""
+    root = Path(root)
+    if not root.exists():
+        raise UserError(
+            f"results_dir {root} does not exist; nothing to migrate (name the folder that holds runs/: "
+            "results_dir=DIR or --results-dir DIR)"
+        )
+    if not root.is_dir():
+        raise UserError(f"results_dir {root} is a file, not a results folder; name the folder that holds runs/")
+    if not (root / "runs").is_dir() and not (root / "store.json").exists() and any(root.iterdir()):
+        raise UserError(
+            f"{root} is not a results folder (files, but no runs/ and no store.json); name the folder that holds runs/"
+        )
+    check_marker(root)
 
 
 def legacy_runs(root: Path) -> list[Path]:
@@ -110,7 +131,10 @@ def config_from_legacy(doc: dict[str, Any]) -> RunConfig:
 def migrate_run(run_dir: Path, dry_run: bool = False) -> Migration:
     try:
         env = json.loads((run_dir / "env.json").read_text())
-        config = config_from_legacy(yaml.safe_load((run_dir / "config.yaml").read_text()))
+        doc = yaml.safe_load((run_dir / "config.yaml").read_text())
+        if not isinstance(doc, dict):
+            raise ValueError("config.yaml is not a mapping")
+        config = config_from_legacy(doc)
         spec = check_config(config)
         device_type = str(env.get("device", "cpu")).split(":")[0]
         new_id = run_id_for(config, env["prompts_sha"], device_type, env.get("weights"), spec)
@@ -122,11 +146,14 @@ def migrate_run(run_dir: Path, dry_run: bool = False) -> Migration:
         return Migration(run_dir.name, new_id, "exists (left alone)")
     if dry_run:
         return Migration(run_dir.name, new_id, "would move")
-    run_dir.rename(target)  # first: a run interrupted after this is found again under its new name
+    try:
+        run_dir.rename(target)  # first: a run interrupted after this is found again under its new name
+    except OSError as error:
+        raise StoreError(describe_os_error(error, target)) from None
     atomic_write_text(target / "config.yaml", to_yaml(config))
     summary_path = target / "summary.json"
-    if summary_path.exists():
-        summary = json.loads(summary_path.read_text())
+    summary = read_json(summary_path).doc  # a damaged summary is rebuilt by the next run of it
+    if summary is not None:
         summary.update(
             run_id=new_id,
             decoder=label(config, spec),
@@ -150,4 +177,5 @@ def migrate_run(run_dir: Path, dry_run: bool = False) -> Migration:
 
 
 def migrate_store(root: Path, dry_run: bool = False) -> list[Migration]:
+    check_store(root)
     return [migrate_run(run_dir, dry_run) for run_dir in legacy_runs(root)]

@@ -359,8 +359,11 @@ def _check_finite_knobs(spec: DecoderSpec) -> None:
 def check_config(config: RunConfig) -> DecoderSpec:
     """Checks Hydra cannot make: value ranges and part names. Returns the decoder it resolved (every
     part with its knobs checked), so a caller that goes on to run it need not resolve it again."""
+    from sjdbench.config.ranges import check_knob_ranges
+
     spec = decoder_spec(config)
     _check_finite_knobs(spec)
+    check_knob_ranges(spec)
     if config.samples_per_prompt < 1:
         raise UserError("samples_per_prompt must be >= 1")
     if config.batch_size < 1:

@@ -17,9 +17,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sjdbench.config.identity import SampleFacts, family, label, run_id
+from sjdbench.config.ranges import spec_notes
 from sjdbench.config.schema import RunConfig, check_config, check_sampling, model_sampling_options
 from sjdbench.data.prompts import Prompt, load_prompt_set
 from sjdbench.decoding.build import DecoderSpec
+from sjdbench.errors import UserError
 from sjdbench.results.root import results_root
 from sjdbench.results.store import RunStore, check_results_root
 
@@ -39,6 +41,7 @@ class RunSpec:
     device: str  # resolved: cpu, cuda, cuda:1, mps (as the jobs will see it for remote runs)
     weights: str | None  # fingerprint of the weight files (None: a model without files)
     root: Path  # the results store
+    notes: tuple[str, ...] = ()  # settings that are legal but clamped or inert (config.ranges.spec_notes)
 
     @property
     def facts(self) -> SampleFacts:
@@ -78,6 +81,11 @@ def resolve_run(config: RunConfig, remote_gpus: int | None = None) -> RunSpec:
 
     decoder = check_config(config)
     prompt_set = load_prompt_set(config.data)
+    if not prompt_set.selected:
+        raise UserError(
+            f"data.shard={config.data.shard} selects no prompt: the selection holds "
+            f"{min(config.data.limit or prompt_set.size, prompt_set.size)} prompts; use a shard count n of at most that"
+        )
     device = resolve_device(config.device) if remote_gpus is None else remote_device(config.device, remote_gpus)
     options = dict(config.model.options)
     check_options(config.model.name, options)
@@ -101,6 +109,7 @@ def resolve_run(config: RunConfig, remote_gpus: int | None = None) -> RunSpec:
         device,
         weights,
         root,
+        tuple(spec_notes(config, decoder, prompt_set.size, len(prompt_set.selected))),
     )
     spec.store().check_schema()
     return spec

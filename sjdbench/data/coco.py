@@ -53,6 +53,21 @@ def read_annotations(path: Path) -> dict:
 
 def captions_by_image(doc: dict) -> tuple[list[dict], dict[int, list[dict]]]:
     """Images in ascending id order, and each image's caption annotations in file order."""
+    if not isinstance(doc["images"], list) or not all(
+        isinstance(im, dict) and isinstance(im.get("id"), int) and isinstance(im.get("file_name"), str)
+        for im in doc["images"]
+    ):
+        raise UserError("the captions file's 'images' must be a list of objects with an integer id and a file_name")
+    if not isinstance(doc["annotations"], list) or not all(
+        isinstance(a, dict)
+        and isinstance(a.get("id"), int)
+        and isinstance(a.get("image_id"), int)
+        and isinstance(a.get("caption"), str)
+        for a in doc["annotations"]
+    ):
+        raise UserError(
+            "the captions file's 'annotations' must be a list of objects with an id, an image_id and a caption"
+        )
     images = sorted(doc["images"], key=lambda im: im["id"])
     by_image: dict[int, list[dict]] = {im["id"]: [] for im in images}
     for ann in doc["annotations"]:
@@ -113,7 +128,10 @@ def load_coco2017(data) -> list[tuple[str, dict[str, Any]]]:
 
 def load_coco2014_30k(data) -> list[tuple[str, dict[str, Any]]]:
     path, _ = resolve(COCO2014_30K, data.path)
-    lines = path.read_text(encoding="utf-8").split("\n")
+    try:
+        lines = path.read_text(encoding="utf-8-sig").split("\n")
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path} is not UTF-8 text (at byte {error.start}); re-save it as UTF-8") from None
     if lines and lines[0].strip().lower() == "prompt":
         lines = lines[1:]
     captions = [line.rstrip("\r") for line in lines if line.strip()]

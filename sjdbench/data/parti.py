@@ -34,8 +34,13 @@ N_PROMPTS = 1632
 
 def parse(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """(prompt, {category, challenge, note}) per row, prompts exactly as in the file."""
-    with path.open(newline="", encoding="utf-8") as handle:
-        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path} is not UTF-8 text (at byte {error.start}); re-save it as UTF-8") from None
+    except (OSError, csv.Error) as error:
+        raise UserError(f"cannot read {path} as PartiPrompts.tsv: {error}") from None
     if not rows or [h.strip() for h in rows[0]][: len(COLUMNS)] != list(COLUMNS):
         found = ", ".join(rows[0]) if rows else "nothing"
         raise UserError(f"{path} is not PartiPrompts.tsv: expected the columns {', '.join(COLUMNS)}, found {found}")
@@ -43,8 +48,11 @@ def parse(path: Path) -> list[tuple[str, dict[str, Any]]]:
     for number, row in enumerate(rows[1:], start=2):
         if not any(cell.strip() for cell in row):
             continue
-        if len(row) < 3:
-            raise UserError(f"{path}:{number} has {len(row)} tab-separated fields, expected {len(COLUMNS)}")
+        if not 3 <= len(row) <= len(COLUMNS):
+            raise UserError(
+                f"{path}:{number} has {len(row)} tab-separated fields, expected {len(COLUMNS)} "
+                "(Prompt, Category, Challenge, Note); fix that row"
+            )
         note = row[3] if len(row) > 3 else ""
         entries.append((row[0], {"category": row[1], "challenge": row[2], "note": note}))
     return entries

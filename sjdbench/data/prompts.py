@@ -28,6 +28,9 @@ def shipped_sets() -> list[str]:
     return sorted(p.stem for p in prompts_dir().glob("*.txt"))
 
 
+MAX_PROMPT_CHARS = 10_000  # a longer "prompt" is a file of another kind (minified JSON, a binary read as text)
+
+
 def _read_text(path: Path) -> str:
     """The file as UTF-8 text (a byte-order mark is dropped); one clear line when it is not."""
     if path.is_dir():
@@ -36,44 +39,91 @@ def _read_text(path: Path) -> str:
         raw = path.read_bytes()
     except OSError as error:
         raise UserError(f"cannot read prompt file {path}: {error.strerror}") from None
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise UserError(f"prompt file {path} is UTF-16 text; re-save it as UTF-8, e.g. iconv -f utf-16 -t utf-8")
     try:
-        return raw.decode("utf-8-sig")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = raw[: error.start].count(b"\n") + 1
         raise UserError(
             f"prompt file {path} is not UTF-8 text (byte 0x{raw[error.start]:02x} on line {line}); "
             "re-save it as UTF-8, e.g. iconv -f latin1 -t utf-8"
         ) from None
+    if "\x00" in text:
+        line = text[: text.index("\x00")].count("\n") + 1
+        raise UserError(f"prompt file {path} holds a NUL byte on line {line}: it is not a text file of prompts")
+    return text
+
+
+def _check_lengths(path: Path, texts: list[tuple[int, str]]) -> None:
+    for number, text in texts:
+        if len(text) > MAX_PROMPT_CHARS:
+            raise UserError(
+                f"{path} line {number} holds a prompt of {len(text):,} characters (over {MAX_PROMPT_CHARS:,}): is "
+                "this a prompt file? (one prompt per line, or a .tsv/.csv with a prompt column)"
+            )
+
+
+def _table_rows(path: Path, text: str, column: str) -> list[tuple[int, str]]:
+    """(line number, prompt) of a TSV or CSV file's column. No row may have more fields than the
+    header (a tab or comma inside a prompt, or a shifted column) or lack the prompt's field (a cut
+    line; trailing empty fields may be left out), and no prompt may be empty: a silently dropped or
+    shifted row would shift prompt ids."""
+    suffix = path.suffix.lower()
+    lines = io.StringIO(text, newline="")
+    if suffix == ".tsv":
+        reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+        kind, sep = "TSV", "tab-separated"
+    else:
+        reader = csv.reader(lines)
+        kind, sep = "CSV", "comma-separated"
+    try:
+        header = [h.strip() for h in next(reader, [])]
+        lowered = [h.lower() for h in header]
+        if column.lower() not in lowered:
+            raise UserError(f"{path} has no column '{column}'; columns are: {', '.join(header)} (set data.column)")
+        if lowered.count(column.lower()) > 1:
+            raise UserError(f"{path} has {lowered.count(column.lower())} columns named '{column}'; rename all but one")
+        index = lowered.index(column.lower())
+        out = []
+        for row in reader:
+            number = reader.line_num
+            if not any(cell.strip() for cell in row):
+                continue  # a blank line
+            if len(row) > len(header) or len(row) <= index:
+                more = len(row) > len(header)
+                why = (
+                    "a separator inside a prompt, or a shifted row" if more else f"no {header[index]} field: a cut row"
+                )
+                raise UserError(
+                    f"{path} line {number} has {len(row)} {sep} fields but the header has {len(header)} ({why}); "
+                    f"fix that row{' (quote the prompt)' if kind == 'CSV' and more else ''}"
+                )
+            if not row[index].strip():
+                raise UserError(f"{path} line {number} has an empty '{header[index]}'; fill it in or delete the row")
+            out.append((number, row[index].strip()))
+    except csv.Error as error:
+        raise UserError(f"{path} is not valid {kind} (line {reader.line_num}: {error})") from None
+    if not out:
+        raise UserError(f"{path} has a header ({', '.join(header)}) but no prompt rows")
+    return out
 
 
 def read_prompt_file(path: Path, column: str = "prompt") -> list[str]:
-    """Plain text: one prompt per line. TSV/CSV: the named column (case-insensitive), quoting off for
-    TSV so Parti's literal quotes survive. UTF-8 only (with or without a byte-order mark)."""
+    """Plain text: one prompt per line (blank lines skipped). TSV/CSV: the named column
+    (case-insensitive), quoting off for TSV so Parti's literal quotes survive. UTF-8 only (with or
+    without a byte-order mark; CRLF line ends are fine)."""
     if not path.exists():
         raise UserError(f"prompt file {path} does not exist; pass data.path=<existing file>")
     text = _read_text(path)
-    suffix = path.suffix.lower()
-    if suffix in (".tsv", ".csv"):
-        lines = io.StringIO(text, newline="")
-        if suffix == ".tsv":
-            reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
-        else:
-            reader = csv.reader(lines)
-        try:
-            header = [h.strip() for h in next(reader, [])]
-            lowered = [h.lower() for h in header]
-            if column.lower() not in lowered:
-                raise UserError(f"{path} has no column '{column}'; columns are: {', '.join(header)} (set data.column)")
-            index = lowered.index(column.lower())
-            texts = [row[index] for row in reader if len(row) > index]
-        except csv.Error as error:
-            raise UserError(f"{path} is not valid {suffix[1:].upper()} (line {reader.line_num}: {error})") from None
+    if path.suffix.lower() in (".tsv", ".csv"):
+        texts = _table_rows(path, text, column)
     else:
-        texts = text.splitlines()
-    texts = [t.strip() for t in texts if t.strip()]
+        texts = [(n, t.strip()) for n, t in enumerate(text.splitlines(), 1) if t.strip()]
     if not texts:
         raise UserError(f"{path} contains no prompts")
-    return texts
+    _check_lengths(path, texts)
+    return [t for _, t in texts]
 
 
 def resolve_path(data) -> Path:

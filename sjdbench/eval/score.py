@@ -17,7 +17,6 @@ comparison whose AR run is not finished yet is listed under `pending` and filled
 
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from sjdbench.eval.evaluators.base import Evaluator, Refused, RunView, SetMetric
 from sjdbench.eval.evaluators.scorefile import SCHEMA, protocol_hash, read_score, score_path, write_score
 from sjdbench.eval.evaluators.settings import EvalConfig
 from sjdbench.eval.metrics.bootstrap import bootstrap_ci, prompt_groups
+from sjdbench.results.files import samples_sha
 from sjdbench.results.pairing import find_baseline, find_noise_floor, pair_key
 from sjdbench.results.runs import load_runs
 
@@ -93,8 +93,12 @@ def cached_vectors(evaluator: Evaluator, run: RunView, keys: np.ndarray) -> np.n
     path = _cache_file(run, evaluator)
     known: dict[tuple[int, int], np.ndarray] = {}
     if path.exists():
-        with np.load(path) as stored:
-            known = {tuple(k): v for k, v in zip(stored["keys"].tolist(), stored["vectors"])}
+        try:
+            with np.load(path) as stored:
+                known = {tuple(k): v for k, v in zip(stored["keys"].tolist(), stored["vectors"])}
+        except (OSError, ValueError, KeyError, EOFError) as error:  # a cache: damaged means measure again
+            log.warning("%s is unreadable (%s); measured again", path, type(error).__name__)
+            known = {}
     by_key = {s.key: s for s in run.samples}
     wanted = [tuple(k) for k in np.asarray(keys).tolist()]
     todo = [by_key[k] for k in dict.fromkeys(wanted) if k not in known]
@@ -175,8 +179,8 @@ def _open_run_with_samples(root: Path, run_id: str) -> RunView:
 
 
 def _samples_sha(run: RunView) -> str:
-    text = "".join(f"{s.prompt_id}:{s.sample}:{s.text}\n" for s in run.samples)
-    return hashlib.sha256(text.encode()).hexdigest()
+    """The hash a score is keyed on and read back by (results.files.samples_sha: one definition)."""
+    return samples_sha((s.prompt_id, s.sample, s.text) for s in run.samples)
 
 
 def _protocol(evaluator: Evaluator, run: RunView, config: EvalConfig, reference_protocol: dict | None) -> dict:
@@ -328,6 +332,13 @@ def score_run(run: RunView, name: str, config: EvalConfig) -> ScoreOutcome:
     digest = protocol_hash(protocol)
     path = score_path(run.dir, name, digest)
     existing = read_score(path)
+    schema = existing.get("schema") if existing else None
+    if isinstance(schema, int) and schema > SCHEMA:
+        message = f"{path} was written by a newer sjdbench (score schema {schema}); upgrade sjdbench, it is left alone"
+        return ScoreOutcome(run.run_id, name, "refused", message=message)
+    if existing is not None and (schema != SCHEMA or "value" not in existing):
+        existing = None  # not a score file this sjdbench wrote: scored again, rewritten
+    rewritten = f"{path.name} was unreadable; scored again and rewritten" if path.exists() and not existing else ""
     if existing is not None and not existing.get("pending"):
         return ScoreOutcome(run.run_id, name, "present", path, existing)
     try:
@@ -390,7 +401,7 @@ def score_run(run: RunView, name: str, config: EvalConfig) -> ScoreOutcome:
         seed=run.config.seed,
     )
     write_score(path, doc)
-    return ScoreOutcome(run.run_id, name, "scored", path, doc)
+    return ScoreOutcome(run.run_id, name, "scored", path, doc, rewritten)
 
 
 def score(

@@ -35,10 +35,18 @@ from sjdbench.report.tables import (
     slug,
     with_numbers,
 )
+from sjdbench.results.files import describe_bad_lines, read_rows, trace_problem
 from sjdbench.results.pairing import pair_all
-from sjdbench.results.runs import load_runs, load_samples, load_scores
+from sjdbench.results.runs import DRAFT_TRACES, load_runs, load_samples, load_scores, read_scores
 from sjdbench.results.select import Selection, parse_selection, select_runs
-from sjdbench.results.store import USABLE, atomic_write_bytes, atomic_write_json, atomic_write_text
+from sjdbench.results.store import (
+    USABLE,
+    StoreError,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    check_folder,
+)
 
 LOSSLESS_NOTE = (
     "lossless: every part of the decoder claims to keep AR's distribution with the knobs it was given "
@@ -124,12 +132,28 @@ class Collected:
     samples: pd.DataFrame
     scores: pd.DataFrame
     pairings: pd.DataFrame
+    superseded: list[str] = field(default_factory=list)  # score files kept on disk, not shown
+
+
+def check_traces(runs: pd.DataFrame) -> None:
+    """Draft traces are read as stored or not at all: a damaged draft_traces.jsonl is refused with one
+    line (deleting it and replaying with --trace-drafts records it again)."""
+    for run in runs[runs["has_draft_traces"].astype(bool)].to_dict("records"):
+        path = Path(run["run_dir"]) / DRAFT_TRACES
+        read = read_rows(path)
+        problems = [describe_bad_lines(path.name, read.bad)] if read.bad else []
+        problems += [f"{path.name} row {i + 1} {p}" for i, p in enumerate(map(trace_problem, read.rows)) if p][:1]
+        if problems or read.torn_tail:
+            raise UserError(
+                f"run {run['run_id']}: {problems[0] if problems else f'{path.name} ends in a torn line'}; delete "
+                f"{path} and run `sjdbench report ... --trace-drafts K` to replay its drafts again"
+            )
 
 
 def collect(selection: Selection) -> Collected:
     """The selected runs with their AR baselines (results.select), their samples, scores and speedups,
     each run paired against its baseline in the whole store (results.pairing), as every command pairs."""
-    store = load_runs(selection.root)
+    store = load_runs(selection.root, rows=True)
     selected = select_runs(store, selection)
     runs = selected[selected["status"].isin(USABLE)].reset_index(drop=True)
     if runs.empty:
@@ -140,7 +164,11 @@ def collect(selection: Selection) -> Collected:
     samples_all = load_samples(selected)
     samples = samples_all[samples_all["run_id"].isin(runs["run_id"])]
     pairings = pair_all(runs, samples, store[store["status"].isin(USABLE)])
-    return Collected(selected, runs, samples_all, samples, load_scores(runs), pairings)
+    check_traces(runs)
+    scores = read_scores(runs)
+    if scores.damaged:
+        load_scores(runs)  # refuses, naming the first damaged file
+    return Collected(selected, runs, samples_all, samples, scores.current, pairings, scores.superseded)
 
 
 def build_report(
@@ -153,14 +181,45 @@ def build_report(
 ) -> Report:
     filters = parse_selection(words, command="report")
     out = Path(out) if out else filters.root / "report"
+    check_out(out)
     progress = progress or (lambda line: None)
     warnings = []
     if trace > 0:
-        warnings = trace_drafts(select_runs(load_runs(filters.root), filters), trace, progress)
+        warnings = trace_drafts(select_runs(load_runs(filters.root, rows=True), filters), trace, progress)
     store = collect(filters)
+    try:
+        out.mkdir(parents=True, exist_ok=True)  # first: an --out that cannot be created fails before any work
+        return _build(filters, store, out, every_run, figures, warnings)
+    except StoreError as error:  # the store's own checks speak of results_dir; here it is --out
+        raise UserError(f"{error.reason}; give --out a writable folder (--out DIR)") from None
+    except OSError as error:
+        raise UserError(
+            f"cannot write the report to --out {out}: {error.strerror or error}; give --out a writable "
+            "folder (--out DIR)"
+        ) from None
+
+
+OUT_FIX = "give --out a folder that can be created and written (--out DIR)"
+
+
+def check_out(out: Path) -> None:
+    """--out before anything is read or written: a folder, or where one can be created; not the
+    store's own runs/ or sweeps/ (files written there would mix with runs)."""
+    check_folder(out, "--out", OUT_FIX)
+    if out.exists() and any(out.iterdir()) and (out / "runs").is_dir() and not (out / "report.html").exists():
+        raise UserError(f"--out {out} is a results folder, not a report folder; {OUT_FIX}")
+    resolved = out.resolve()
+    for part in (resolved, *resolved.parents):
+        if part.parent.name in ("runs", "sweeps") and (part.parent.parent / "store.json").exists():
+            raise UserError(f"--out {out} is inside the store's {part.parent.name}/ folder; {OUT_FIX}")
+
+
+def _build(
+    filters: Selection, store: Collected, out: Path, every_run: bool, figures: bool, warnings: list[str]
+) -> Report:
     selected, runs, samples_all, samples = store.selected, store.runs, store.samples_all, store.samples
     scores, pairings = store.scores, store.pairings
-    report = Report(out, unused=unused_runs(selected), warnings=warnings)
+    report = Report(out, unused=unused_runs(selected) + store.superseded, warnings=warnings)
 
     written: dict[str, list[Table]] = {"main": [], "ablations": [], "quality": [], "categories": []}
     sections = []
@@ -206,13 +265,28 @@ def build_report(
     report.files.append(out / "provenance.json")
     html_path = out / "report.html"
     header = [
-        f"sjdbench report of {len(runs)} complete runs in {filters.root}, selected by {filters.describe()}; "
+        f"sjdbench report of {run_counts(runs, selected)} in {filters.root}, selected by {filters.describe()}; "
         f"generated {provenance['generated']}"
     ]
     listed = [str(p.relative_to(out)) for p in report.files] + ["report.html"]
     atomic_write_text(html_path, page("sjdbench report", header, report.warnings, report.unused, sections, listed))
     report.files.append(html_path)
     return report
+
+
+def run_counts(runs: pd.DataFrame, selected: pd.DataFrame) -> str:
+    """What the report holds, counted as it is: e.g. "6 runs (1 complete: its whole prompt set; 5
+    finished over a data.limit selection of it), 2 more listed as not used"."""
+    complete = int((runs["status"] == "complete").sum())
+    finished = len(runs) - complete
+    parts = []
+    if complete:
+        parts.append(f"{complete} complete: {'its' if complete == 1 else 'their'} whole prompt set")
+    if finished:
+        parts.append(f"{finished} finished over a data.limit selection of {'its' if finished == 1 else 'their'} set")
+    text = f"{len(runs)} run{'s' if len(runs) != 1 else ''} ({'; '.join(parts)})"
+    unused = len(selected) - len(runs)
+    return text + (f", {unused} more listed as not used" if unused else "")
 
 
 def _section(

@@ -428,7 +428,6 @@ def _err(frame: pd.DataFrame, key: str, centre: np.ndarray) -> np.ndarray | None
 
 def fig_image_grid(main: pd.DataFrame, samples: pd.DataFrame, n_prompts: int = 6) -> Plot | str:
     """The same prompts (columns) across decoders (rows, AR first), sample 0 of each."""
-    from PIL import Image
 
     if "image" not in samples:
         return "no stored images"
@@ -443,13 +442,17 @@ def fig_image_grid(main: pd.DataFrame, samples: pd.DataFrame, n_prompts: int = 6
     figure, axes = plt.subplots(
         len(runs), len(prompts), figsize=(1.6 * len(prompts) + 1.2, 1.6 * len(runs) + 0.9), squeeze=False
     )
+    marked = 0  # images the rows name that are missing or unreadable: drawn as marked cells, never blank
     for i, run in enumerate(runs):
         mine = rows[rows["run_id"] == run["run_id"]].set_index("prompt_id")
         for j, prompt_id in enumerate(prompts):
             ax = axes[i, j]
-            path = Path(run["run_dir"]) / mine.loc[prompt_id, "image"]
-            if path.exists():
-                ax.imshow(np.asarray(Image.open(path).convert("RGB")))
+            picture, why = _image(Path(run["run_dir"]) / mine.loc[prompt_id, "image"])
+            if picture is not None:
+                ax.imshow(picture)
+            else:
+                marked += 1
+                ax.text(0.5, 0.5, why, ha="center", va="center", fontsize=7, color="tab:red", transform=ax.transAxes)
             ax.set_xticks([])
             ax.set_yticks([])
             if i == 0:
@@ -460,10 +463,24 @@ def fig_image_grid(main: pd.DataFrame, samples: pd.DataFrame, n_prompts: int = 6
     return Plot(
         "image_grid",
         "Samples",
-        "The same prompts and seeds across decoders (rows), sample 0.",
+        "The same prompts and seeds across decoders (rows), sample 0."
+        + (f" {marked} image(s) the sample rows name are missing or unreadable (marked)." if marked else ""),
         figure,
         formats=("png",),
     )
+
+
+def _image(path: Path) -> tuple[np.ndarray | None, str]:
+    """(H, W, 3) pixels of a stored image, or None and why not ("missing", "unreadable")."""
+    from PIL import Image
+
+    if not path.is_file():
+        return None, "image\nmissing"
+    try:
+        with Image.open(path) as image:
+            return np.asarray(image.convert("RGB")), ""
+    except (OSError, ValueError):  # not an image, truncated
+        return None, "image\nunreadable"
 
 
 def write_plot(plot: Plot, directory: Path) -> list[Path]:

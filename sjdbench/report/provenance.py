@@ -101,6 +101,8 @@ def timing_warnings(runs: pd.DataFrame, samples: pd.DataFrame, pairings: pd.Data
     """Busy-machine latencies, AR baselines timed in another session, runs without a baseline."""
     out = []
     labels = dict(zip(runs["run_id"], runs["decoder"] + " W=" + runs["window"].astype(str)))
+    if "seed" in runs and runs["seed"].nunique() > 1:  # runs that differ only in their seed: name it
+        labels = {run_id: f"{text} seed={seed}" for (run_id, text), seed in zip(labels.items(), runs["seed"])}
     own = samples[samples["run_id"].isin(runs["run_id"])]
     if "machine.busy" in own:
         busy = own[own["machine.busy"].fillna(False).astype(bool)].groupby("run_id").size()
@@ -176,8 +178,10 @@ def unused_runs(all_runs: pd.DataFrame) -> list[str]:
             wanted = run.get("selection_n") if pd.notna(run.get("selection_n")) else run.get("n_wanted")
             have = run.get("n_rows")
             of = f"{int(have)} of {int(wanted)}" if pd.notna(wanted) and pd.notna(have) else f"{int(have or 0)}"
+            why = run.get("incomplete_why")
+            why = f", {why}" if isinstance(why, str) else ""
             out.append(
-                f"{run['run_id']} ({run.get('decoder')}): incomplete, {of} samples "
+                f"{run['run_id']} ({run.get('decoder')}): incomplete, {of} samples{why} "
                 "(not used; re-run its command to finish it)"
             )
     return out

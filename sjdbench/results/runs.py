@@ -12,83 +12,117 @@ Python API's `sjdbench.load_runs`); `paired_runs` adds each run's speedup over i
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from sjdbench.config.identity import SampleFacts
+from sjdbench.errors import UserError
+from sjdbench.eval.evaluators.scorefile import SCHEMA as SCORE_SCHEMA
 from sjdbench.results.decoders import flatten_spec, is_ar, is_greedy, is_lossless, part_chain
+from sjdbench.results.files import (
+    ENV_TYPES,
+    SUMMARY_TYPES,
+    config_problem,
+    describe_bad_lines,
+    read_json,
+    read_rows,
+    read_yaml,
+    samples_sha,
+)
 from sjdbench.results.pairing import find_baseline, pair_all, pair_key, timing_of
-from sjdbench.results.store import USABLE, RunStore, read_jsonl, run_status
+from sjdbench.results.store import SCHEMA, USABLE, RunStore, check_marker, newer_text, read_jsonl, run_status
+from sjdbench.results.summary import STAT_FIELDS, summarize
 
 log = logging.getLogger(__name__)
 
 DRAFT_TRACES = "draft_traces.jsonl"  # written beside a run by sjdbench.report.draft_traces
 
 
-def _read_json(path: Path) -> dict | None:
+DAMAGED, NEWER = "damaged", "newer"  # statuses of runs no command reads: `problem` says why and what to do
+
+
+def _facts(config: dict, env: dict, summary: dict) -> tuple[SampleFacts | None, str | None]:
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError) as error:
-        log.warning("%s is unreadable (%s); ignored", path, error)
-        return None
+        return SampleFacts.stored(config, env, summary), None
+    except (TypeError, ValueError, AttributeError) as error:
+        return None, f"config.yaml holds a setting of the wrong type ({error})"
 
 
-def _read_yaml(path: Path) -> dict:
-    try:
-        return yaml.safe_load(path.read_text()) or {}
-    except FileNotFoundError:
-        return {}
-    except (OSError, yaml.YAMLError) as error:
-        log.warning("%s is unreadable (%s); ignored", path, error)
-        return {}
-
-
-def _count_rows(run_dir: Path) -> int:
-    return sum(1 for path in run_dir.glob("samples*.jsonl") for _ in read_jsonl(path))
+def _files(run_dir: Path) -> tuple[dict, dict, dict, list[str], int | None]:
+    """(summary, env, config, problems, newer schema) of a run folder's JSON and YAML files."""
+    summary_read = read_json(run_dir / "summary.json", SUMMARY_TYPES)
+    env_read = read_json(run_dir / "env.json", ENV_TYPES)
+    config_read = read_yaml(run_dir / "config.yaml")
+    summary, env, config = summary_read.doc or {}, env_read.doc or {}, config_read.doc or {}
+    problems = [f"{name} {read.problem}" for name, read in (("summary.json", summary_read), ("env.json", env_read))]
+    problems = [p for p, read in zip(problems, (summary_read, env_read)) if read.problem]
+    if config_read.problem:
+        problems.append(f"config.yaml {config_read.problem}")
+    elif config_read.doc is not None and config_problem(config):
+        problems.append(f"config.yaml {config_problem(config)}")
+    has_samples = any(run_dir.glob("samples*.jsonl"))
+    if config_read.missing and (summary or has_samples):
+        problems.append("config.yaml is missing")
+    if env_read.missing and (summary or has_samples):
+        problems.append("env.json is missing")
+    schemas = [doc.get("schema") for doc in (summary, env)]
+    newer = max((s for s in schemas if isinstance(s, int) and not isinstance(s, bool) and s > SCHEMA), default=None)
+    return summary, env, config, problems, newer
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
     """One run as a flat record: its summary fields, env.json (as env.*), its decoder spec flattened
-    (as spec.*), what it pairs on, and whether it is complete."""
-    summary = _read_json(run_dir / "summary.json")
-    env = _read_json(run_dir / "env.json") or {}
-    config = _read_yaml(run_dir / "config.yaml")
-    status = run_status(summary, env)
-    facts = SampleFacts.stored(config, env, summary or {})
-    record: dict[str, Any] = dict(summary or {})
+    (as spec.*), what it pairs on, and its status. Never raises: a run written by a newer sjdbench
+    has status `newer`, a damaged one `damaged`, each with `problem` naming the file, the damage and
+    the fix (the commands that read runs refuse such a run with that line when they select it)."""
+    run_dir = Path(run_dir)
+    summary, env, config, problems, newer = _files(run_dir)
+    facts, wrong = _facts(config, env, summary)
+    if wrong and not any(p.startswith("config.yaml") for p in problems):
+        problems.append(wrong)
+    status = run_status(summary or None, env or None)
+    record: dict[str, Any] = dict(summary)
     spec = record.get("decoder_spec") or env.get("decoder_spec")
+    spec = spec if isinstance(spec, dict) else None
+    model_section, data_section = config.get("model"), config.get("data")
     record.update(
         {
             "run_id": run_dir.name,
             "run_dir": str(run_dir),
             "status": status,
-            # rows present: the summary's count for a run it covers; counted for the others (to list them)
+            "problem": None,
+            "problems": problems,
+            "rows_checked": False,
+            # rows present: the summary's count until the rows are read (`check_rows`)
             "n_rows": record.get("n_samples") if status in USABLE else _count_rows(run_dir),
-            "model": record.get("model") or (config.get("model") or {}).get("name"),
-            "data": record.get("data") or (config.get("data") or {}).get("name"),
-            "decoder": record.get("decoder") or (config.get("decoder") or {}).get("name"),
+            "model": record.get("model") or _name(model_section),
+            "data": record.get("data") or _name(data_section),
+            "decoder": record.get("decoder") or _name(config.get("decoder")),
             "decoder_spec": spec,
             "chain": part_chain(spec),
             "is_ar": is_ar(spec),
-            "greedy": is_greedy(spec),
+            # greedy by its verifier, or by its sampling (temperature 0: argmax draws)
+            "greedy": is_greedy(spec) or (env.get("sampling") or {}).get("temperature") == 0,
             # the parts' own claim, recorded by the runner; derived from the stored spec for older runs
             "lossless": bool(record["decoder_lossless"]) if "decoder_lossless" in record else is_lossless(spec),
             "samples_per_prompt": config.get("samples_per_prompt", 1),
-            "model_options": (config.get("model") or {}).get("options") or {},
+            "batch_size": record.get("batch_size", config.get("batch_size", 1)),
+            "model_options": (model_section.get("options") or {}) if isinstance(model_section, dict) else {},
             # what its samples share with its AR baseline, and the baseline's id (results.pairing)
             "sample_facts": dataclasses.asdict(facts) if facts else None,
             "pair_key": pair_key(facts),
             "has_draft_traces": (run_dir / DRAFT_TRACES).exists(),
         }
     )
+    if newer is not None:
+        record.update(status=NEWER, problem=newer_text(f"run {run_dir.name}", newer))
+    elif problems and status != "legacy":
+        record.update(status=DAMAGED, problem=damage_text(run_dir, problems))
     record.setdefault("window", (spec or {}).get("window"))
     for key, value in env.items():
         if key != "decoder_spec":
@@ -98,13 +132,85 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     return record
 
 
-def load_runs(root: Path) -> pd.DataFrame:
-    """Every run directory under root/runs, whatever its status (complete, finished, incomplete, legacy)."""
-    run_dirs = (
-        sorted(p for p in (Path(root) / "runs").glob("*") if p.is_dir()) if (Path(root) / "runs").is_dir() else []
+def _name(section: Any) -> str | None:
+    return section.get("name") if isinstance(section, dict) else None
+
+
+def damage_text(run_dir: Path, problems: list[str]) -> str:
+    """One line: the run, what is damaged, and the two ways out."""
+    return (
+        f"run {run_dir.name} is damaged: {'; '.join(problems)}; re-run the command that wrote it (`sjdbench run` "
+        "rebuilds summary.json, env.json and config.yaml, sets unreadable sample lines aside and decodes what is "
+        f"missing), or move {run_dir} out of the store"
     )
-    records = [read_run(d) for d in run_dirs if (d / "env.json").exists() or (d / "summary.json").exists()]
-    return pd.DataFrame.from_records(records) if records else pd.DataFrame(columns=["run_id", "status"])
+
+
+def _count_rows(run_dir: Path) -> int:
+    return len(RunStore(run_dir.parent.parent, run_dir.name).rows())
+
+
+def _in_set(rows: list[dict], record: dict) -> list[dict]:
+    """The rows of the run's prompt set (what its summary counts): prompt ids below the set's size."""
+    spp = record.get("samples_per_prompt")
+    wanted = record.get("n_wanted")
+    if not isinstance(spp, int) or not isinstance(wanted, int) or spp < 1:
+        return rows
+    size = wanted // spp
+    return [r for r in rows if r["prompt_id"] < size and r.get("sample", 0) < spp]
+
+
+def check_rows(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with what its sample files hold: lines that are no sample row, and a summary that
+    counts more rows than are present, make it damaged; rows written after the summary make it
+    incomplete (interrupted, or being written now); for a usable run every statistic is recomputed
+    from the rows present (`n_samples` counts them), so nothing shown comes from a summary alone."""
+    if record.get("rows_checked") or record["status"] in (NEWER, "legacy"):
+        return record
+    run_dir = Path(record["run_dir"])
+    store = RunStore(run_dir.parent.parent, run_dir.name)
+    problems = []
+    for path in store.sample_files():
+        read = read_rows(path)
+        if read.bad:
+            problems.append(describe_bad_lines(path.name, read.bad))
+    rows = _in_set(store.rows(), record)
+    out = {**record, "rows_checked": True, "n_rows": len(rows)}
+    out["samples_sha"] = samples_sha((r["prompt_id"], r.get("sample", 0), str(r.get("prompt", ""))) for r in rows)
+    counted = record.get("n_samples")
+    if isinstance(counted, int) and len(rows) < counted and record["status"] != DAMAGED:
+        problems.append(f"summary.json counts {counted} samples but the sample files hold {len(rows)}")
+    if problems:
+        problems = [*record.get("problems", []), *problems]
+        return {**out, "status": DAMAGED, "problems": problems, "problem": damage_text(run_dir, problems)}
+    if out["status"] not in USABLE:
+        return out
+    if isinstance(counted, int) and len(rows) > counted:
+        why = "being written now" if store.being_written() else "interrupted after its summary was written"
+        return {**out, "status": "incomplete", "incomplete_why": why}
+    try:
+        fresh = summarize(rows)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):  # rows of an older sjdbench lack fields
+        fresh = {}  # its summary stands: it was computed from these same rows (counted above)
+    out.update({key: value for key, value in fresh.items() if key in STAT_FIELDS})
+    return out
+
+
+def load_runs(root: Path, rows: bool = False) -> pd.DataFrame:
+    """Every run directory under root/runs, whatever its status (complete, finished, incomplete,
+    legacy, damaged, newer). With `rows`, each run's sample files are read too (`check_rows`): what
+    report, eval and the Python API show; without, statuses come from the summaries (what run and
+    sweep need to pair a run they just wrote). A store whose schema marker is newer or damaged is
+    refused with one line."""
+    check_marker(Path(root))
+    runs = Path(root) / "runs"
+    run_dirs = sorted(p for p in runs.glob("*") if p.is_dir()) if runs.is_dir() else []
+    wanted = ("env.json", "summary.json", "config.yaml")
+    records = [
+        read_run(d) for d in run_dirs if any((d / name).exists() for name in wanted) or any(d.glob("samples*.jsonl"))
+    ]
+    if rows:
+        records = [check_rows(r) for r in records]
+    return pd.DataFrame.from_records(records) if records else pd.DataFrame(columns=["run_id", "status", "problem"])
 
 
 def _flat_row(row: dict) -> dict:
@@ -221,6 +327,7 @@ SCORE_COLUMNS = [
     "noise_floor_how",
     "per_sample",
     "file",
+    "samples_sha256",
 ]
 
 
@@ -230,13 +337,36 @@ def _ci(pair: Any) -> tuple[float | None, float | None]:
     return None, None
 
 
+SCORE_TYPES: dict[str, tuple[type, ...]] = {
+    "schema": (int,),
+    "evaluator": (str,),
+    "metric": (str,),
+    "value": (int, float),
+    "n": (int,),
+    "protocol": (dict,),
+    "lower_is_better": (bool,),
+    "ci95": (list, type(None)),
+    "paired_vs_ar": (dict, type(None)),
+    "noise_floor": (dict, type(None)),
+}
+
+
+def score_problem(doc: dict) -> str | None:
+    """Why a JSON object is not a score file this sjdbench reads (None: it is one)."""
+    schema = doc.get("schema")
+    if isinstance(schema, int) and schema > SCORE_SCHEMA:
+        return f"was written by a newer sjdbench (score schema {schema}; this one reads {SCORE_SCHEMA}); upgrade it"
+    if schema != SCORE_SCHEMA or "value" not in doc or "evaluator" not in doc:
+        return f"is not a score file (schema {SCORE_SCHEMA} with evaluator and value)"
+    return None
+
+
 def read_score(path: Path, run_id: str) -> dict | None:
-    """One score file (schema 1) as a flat record; files of another schema are skipped with a log line."""
-    doc = _read_json(path)
-    if not doc:
-        return None
-    if doc.get("schema") != 1 or "value" not in doc or "evaluator" not in doc:
-        log.warning("%s is not a schema-1 score file; ignored", path)
+    """One score file as a flat record; None when it is damaged or of another schema (`read_scores`
+    says which)."""
+    read = read_json(path, SCORE_TYPES)
+    doc = read.doc
+    if doc is None or score_problem(doc):
         return None
     lo, hi = _ci(doc.get("ci95"))
     paired = doc.get("paired_vs_ar") or {}
@@ -261,17 +391,77 @@ def read_score(path: Path, run_id: str) -> dict | None:
         "noise_floor_how": floor.get("how"),
         "per_sample": doc.get("per_sample"),
         "file": str(path),
+        "samples_sha256": (doc.get("protocol") or {}).get("samples_sha256"),
     }
 
 
+def is_current(score: dict, run: dict) -> bool:
+    """Whether a score is of the samples its run holds now: the samples' hash it records (or, for
+    score files that record none, their count) equals the run's. A run that grew after it was
+    scored has a stale score until `sjdbench eval` scores it again."""
+    held = run.get("samples_sha")
+    if score.get("samples_sha256") and isinstance(held, str):
+        return score["samples_sha256"] == held
+    return score.get("n") == run.get("n_rows")
+
+
+@dataclass
+class Scores:
+    """The score files of some runs: the current ones (a frame of SCORE_COLUMNS), and one line per
+    superseded (kept on disk, never shown) and per damaged file."""
+
+    current: pd.DataFrame
+    superseded: list[str] = field(default_factory=list)
+    damaged: list[str] = field(default_factory=list)
+
+
+def read_scores(runs: pd.DataFrame) -> Scores:
+    records, stale, damaged = [], [], []
+    for run in runs.to_dict("records"):
+        folder = Path(run["run_dir"]) / "scores"
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            read = read_json(path, SCORE_TYPES)
+            problem = read.problem or score_problem(read.doc or {})
+            if problem:
+                damaged.append(f"{path} {problem}")
+                continue
+            record = read_score(path, run["run_id"])
+            (records if is_current(record, run) else stale).append(record)
+    current = pd.DataFrame.from_records(records, columns=SCORE_COLUMNS)
+    fresh = {(r["run_id"], r["evaluator"]) for r in records}
+    held = runs.set_index("run_id")["n_rows"].to_dict() if "n_rows" in runs else {}
+    grouped: dict[tuple[str, bool], list[dict]] = {}
+    for record in stale:  # one line per run: superseded (a current score exists) or stale (none does)
+        key = (record["run_id"], (record["run_id"], record["evaluator"]) in fresh)
+        grouped.setdefault(key, []).append(record)
+    lines = []
+    for (run_id, superseded), files in sorted(grouped.items()):
+        names = ", ".join(sorted(Path(r["file"]).name for r in files))
+        counts = "/".join(sorted({str(r["n"]) for r in files}))
+        what = f"run {run_id}: {len(files)} score file{'s' if len(files) > 1 else ''} over {counts} samples ({names})"
+        if superseded:
+            lines.append(
+                f"{what}: superseded by scores of the {held.get(run_id)} samples it holds now (kept, not shown)"
+            )
+        else:
+            lines.append(
+                f"{what}: stale, the run holds {held.get(run_id)} samples now; `sjdbench eval {run_id}` scores them "
+                "(kept, not shown)"
+            )
+    return Scores(current, lines, damaged)
+
+
 def load_scores(runs: pd.DataFrame) -> pd.DataFrame:
-    records = []
-    for run in runs.itertuples(index=False):
-        for path in sorted((Path(run.run_dir) / "scores").glob("*.json")):
-            record = read_score(path, run.run_id)
-            if record:
-                records.append(record)
-    return pd.DataFrame.from_records(records, columns=SCORE_COLUMNS)
+    """The current score files of these runs (one row per file); a damaged one is refused with one
+    line naming it and the fix."""
+    scores = read_scores(runs)
+    if scores.damaged:
+        more = f" (and {len(scores.damaged) - 1} more)" if len(scores.damaged) > 1 else ""
+        raise UserError(
+            f"score file {scores.damaged[0]}{more}; `sjdbench eval` scores the run again and rewrites it, "
+            "or delete the file"
+        )
+    return scores.current
 
 
 def load_draft_traces(run_dir: str | Path) -> list[dict]:

@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from sjdbench.errors import UserError
 from sjdbench.results.decoders import KINDS
+from sjdbench.results.files import read_yaml
 from sjdbench.results.root import WORD, results_root, split_results_dir
-from sjdbench.results.runs import with_baselines
+from sjdbench.results.runs import DAMAGED, NEWER, with_baselines
 from sjdbench.results.store import USABLE
 from sjdbench.results.summary import SUMMARY_FIELDS
 
@@ -203,8 +203,33 @@ def sweep_run_ids(root: Path, sweep_id: str) -> set[str]:
     if not path.exists():
         known = sorted(p.name for p in (root / "sweeps").glob("*") if (p / "sweep.yaml").exists())
         raise UserError(f"no sweep '{sweep_id}' in {root}; sweeps there: {', '.join(known) or 'none'}")
-    doc = yaml.safe_load(path.read_text()) or {}
-    return {run["run_id"] for run in doc.get("runs", [])}
+    read = read_yaml(path)
+    runs = (read.doc or {}).get("runs")
+    ids = [r.get("run_id") for r in runs] if isinstance(runs, list) and all(isinstance(r, dict) for r in runs) else None
+    if read.problem or ids is None or not all(isinstance(i, str) for i in ids):
+        problem = read.problem or "holds no list of runs with their run_id"
+        raise UserError(
+            f"sweep {sweep_id}: {path} {problem}; re-run the sweep's command (it writes sweep.yaml again), or select "
+            "its runs by filters (model=, decoder=, ...)"
+        )
+    return set(ids)
+
+
+def refuse_unreadable(chosen: pd.DataFrame) -> None:
+    """A damaged run, or one written by a newer sjdbench, is never read around: one line naming each
+    (and the fix: `problem`, results.runs) ends the command."""
+    if "problem" not in chosen:
+        return
+    bad = chosen[chosen["status"].isin([DAMAGED, NEWER]) & chosen["problem"].notna()]
+    if bad.empty:
+        return
+    problems = list(bad.sort_values("run_id")["problem"])
+    if len(problems) == 1:
+        raise UserError(problems[0])
+    names = ", ".join(sorted(bad["run_id"]))
+    raise UserError(
+        f"{len(problems)} selected runs cannot be read ({names}): {problems[0]}; and {len(problems) - 1} more"
+    )
 
 
 def select_runs(runs: pd.DataFrame, selection: Selection, baselines: bool = True) -> pd.DataFrame:
@@ -212,6 +237,8 @@ def select_runs(runs: pd.DataFrame, selection: Selection, baselines: bool = True
     with `baselines`, the AR baseline of each chosen decoder run. UserError when nothing matches,
     naming what the store holds."""
     if runs.empty:
+        if not selection.root.exists():
+            raise UserError(f"{WORD} {selection.root} does not exist; name the store that holds runs/ ({WORD}=DIR)")
         raise UserError(f"no runs in {selection.root / 'runs'}; run `sjdbench sweep ...` first or pass {WORD}=<dir>")
     keep = pd.Series(True, index=runs.index)
     if selection.sweeps:
@@ -226,6 +253,7 @@ def select_runs(runs: pd.DataFrame, selection: Selection, baselines: bool = True
         inventory = "; ".join(f"{c}: {', '.join(v[:12])}{' ...' if len(v) > 12 else ''}" for c, v in held.items())
         raise UserError(f"no runs match {selection.describe()} in {selection.root}; the store has {inventory}")
     chosen = runs[keep]
+    refuse_unreadable(chosen)
     if baselines:
         usable = runs[runs["status"].isin(USABLE)]
         chosen = runs[runs["run_id"].isin(set(chosen["run_id"]) | set(with_baselines(chosen, usable)["run_id"]))]

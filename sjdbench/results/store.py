@@ -32,6 +32,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from sjdbench.errors import UserError
+from sjdbench.results.files import describe_bad_lines, parse_lines, read_json, read_rows
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,14 @@ SCHEMA = 2  # of the store, run ids, env.json and summary.json; 1 = ids hashed t
 
 class StoreError(UserError):
     """A write to the results store failed; the message names the file and the fix."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message  # what failed, without the fix (callers with another fix reuse it)
+
+
+class RunLocked(UserError):
+    """Another process holds a run's write lock (a concurrent `run` or sweep of the same run)."""
 
 
 def describe_os_error(error: OSError, path: Path) -> str:
@@ -70,7 +79,8 @@ def _writing(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as error:
-        raise StoreError(describe_os_error(error, path)) from None
+        reason = f"cannot write {path}: {error.strerror or type(error).__name__}"
+        raise StoreError(describe_os_error(error, path), reason) from None
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -120,19 +130,13 @@ def append_jsonl(path: Path, row: dict) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    if not path.exists():
-        return rows
-    with path.open(encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                log.warning("%s:%d is a torn line (interrupted write); ignored", path, number)
-    return rows
+    """The rows of a JSON-lines file (each an object with a prompt_id): a torn last line (an
+    interrupted or ongoing write) is skipped silently; other lines that are not rows are skipped with
+    a log line (the store's readers report them as damage: results.files)."""
+    read = read_rows(path)
+    if read.bad:
+        log.warning("%s: %s; skipped", path, describe_bad_lines(Path(path).name, read.bad))
+    return read.rows
 
 
 def truncate_torn_tail(path: Path) -> int:
@@ -180,21 +184,23 @@ def save_png(path: Path, image: np.ndarray) -> None:
 
 
 def _newer_schema(path: Path) -> int | None:
-    """The schema recorded in a JSON file if it is newer than ours, else None."""
-    try:
-        schema = json.loads(path.read_text()).get("schema")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return schema if isinstance(schema, int) and schema > SCHEMA else None
+    """The schema recorded in a JSON file if it is newer than ours, else None (damage is not newer)."""
+    doc = read_json(path).doc
+    schema = doc.get("schema") if doc else None
+    return schema if isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA else None
+
+
+def newer_text(what: str, schema: int) -> str:
+    return (
+        f"{what} was written by a newer sjdbench (schema {schema}; this one reads up to {SCHEMA}); "
+        "upgrade sjdbench (pip install -U sjdbench) or choose another results_dir"
+    )
 
 
 def refuse_newer(path: Path, what: str) -> None:
     schema = _newer_schema(path)
     if schema is not None:
-        raise UserError(
-            f"{what} was written by a newer sjdbench (schema {schema}; this one reads up to {SCHEMA}); "
-            "upgrade sjdbench (pip install -U sjdbench) or choose another results_dir"
-        )
+        raise UserError(newer_text(what, schema))
 
 
 def _writable(folder: Path) -> bool:
@@ -202,24 +208,43 @@ def _writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK)
 
 
-def check_results_root(root: Path) -> None:
-    """Before any model loads: the results root can be created and written, and was not written
-    by a newer sjdbench. Nothing is created here."""
-    root = Path(root)
-    probe = root
-    while not probe.exists():
+def check_folder(folder: Path, what: str, fix: str) -> None:
+    """Before anything is written: `folder` is, or can be created as, a writable folder; one line
+    naming `what` (e.g. "results_dir") and `fix` otherwise. Nothing is created here."""
+    folder = Path(folder)
+    probe = folder
+    while not probe.exists() and not probe.is_symlink():
         if probe.parent == probe:
             break
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
-        where = "is a file" if probe == root else f"is under {probe}, which is a file"
-        raise UserError(f"results_dir {root} {where}, not a folder; choose another results_dir (results_dir=DIR)")
+        where = "is a file" if probe == folder else f"is under {probe}, which is a file"
+        raise UserError(f"{what} {folder} {where}, not a folder; {fix}")
+    if not probe.exists():
+        raise UserError(f"{what} {folder} is under {probe}, which is a broken link; {fix}")
     if not _writable(probe):
+        raise UserError(f"{what} {folder} is not writable ({probe} is read-only for this user); {fix}")
+
+
+def check_results_root(root: Path) -> None:
+    """Before any model loads: the results root can be created and written, and was not written
+    by a newer sjdbench. Nothing is created here."""
+    root = Path(root)
+    check_folder(root, "results_dir", "choose a writable results_dir (results_dir=DIR or $SJDBENCH_RESULTS)")
+    check_marker(root)
+
+
+def check_marker(root: Path) -> None:
+    """The store's schema marker: refused when written by a newer sjdbench or damaged (it holds only
+    the schema, so deleting it is the fix; the next run writes it again)."""
+    marker = Path(root) / MARKER
+    read = read_json(marker, {"schema": (int,)})
+    if read.problem:
         raise UserError(
-            f"results_dir {root} is not writable ({probe} is read-only for this user); "
-            "choose a writable results_dir (results_dir=DIR or $SJDBENCH_RESULTS)"
+            f"results_dir {root}: {MARKER} {read.problem}; it records only the store's schema: delete {marker} "
+            "(the next `sjdbench run` writes it again)"
         )
-    refuse_newer(root / MARKER, f"results_dir {root}")
+    refuse_newer(marker, f"results_dir {root}")
 
 
 def mark_root(root: Path) -> None:
@@ -276,6 +301,7 @@ def run_status(summary: dict | None, env: dict | None) -> str:
 
 class RunStore:
     def __init__(self, root: Path, run_id: str, shard: str | None = None) -> None:
+        self.repairs: list[str] = []  # what `writer` found damaged and set right, one line each
         self.root = Path(root)
         self.run_id = run_id
         self.dir = self.root / "runs" / run_id
@@ -298,21 +324,93 @@ class RunStore:
 
     @contextlib.contextmanager
     def writer(self) -> Iterator[RunStore]:
-        """Hold the run's write lock; refuse with one line if another process holds it. On entry a
-        torn last line (from a killed writer) is truncated, so appends never glue onto it."""
+        """Hold the run's write lock; refuse with one line (RunLocked) if another process holds it.
+        On entry a torn last line (from a killed writer) is truncated, so appends never glue onto it,
+        and lines that are no sample row are set aside (`repairs` says so): a run is the fix the
+        readers name for a damaged run."""
         self.check_schema()
         with _flock(self.lock_path, blocking=False) as acquired:
             if not acquired:
-                holder = ""
-                with contextlib.suppress(OSError):
-                    holder = self.lock_path.read_text().strip()
-                raise UserError(
-                    f"run {self.run_id} is being written by another sjdbench process"
-                    f"{f' ({holder})' if holder else ''}; wait for it to finish (re-running then resumes "
-                    "anything left), or give this run another results_dir"
-                )
+                raise RunLocked(self.locked_text())
             truncate_torn_tail(self.samples_path)
+            self.repairs = self._set_aside_bad_lines()
+            self.repairs += [
+                f"run {self.run_id}: {name} {problem}; it is rewritten from this run's config"
+                for name, problem in self.metadata_problems().items()
+                if problem != "is missing" or self.samples_path.exists()
+            ]
+            summary = read_json(self.summary_path)
+            if summary.problem:
+                self.repairs.append(f"run {self.run_id}: summary.json {summary.problem}; rebuilt from its sample rows")
             yield self
+
+    def locked_text(self) -> str:
+        holder = ""
+        with contextlib.suppress(OSError):
+            holder = self.lock_path.read_text().strip()
+        return (
+            f"run {self.run_id} is being written by another sjdbench process{f' ({holder})' if holder else ''}; "
+            "wait for it to finish (re-running then resumes anything left), or give this run another results_dir"
+        )
+
+    def being_written(self) -> bool:
+        """Whether another process holds this run's write lock now (probed without waiting)."""
+        if not self.lock_path.exists():
+            return False
+        try:
+            with _flock(self.lock_path, blocking=False) as acquired:
+                return not acquired
+        except StoreError:  # a read-only store: nobody writes it
+            return False
+
+    def metadata_problems(self) -> dict[str, str]:
+        """config.yaml and env.json when missing or damaged (name -> what is wrong); `prepare`
+        rewrites both, so a run with them damaged loads its model even when no sample is missing."""
+        from sjdbench.results.files import config_problem, read_yaml
+
+        out = {}
+        config = read_yaml(self.dir / "config.yaml")
+        problem = config.problem or (config_problem(config.doc) if config.doc else None)
+        if problem or config.missing:
+            out["config.yaml"] = problem or "is missing"
+        env = read_json(self.dir / "env.json")
+        if env.problem or env.missing or "schema" not in (env.doc or {}):
+            out["env.json"] = env.problem or ("is missing" if env.missing else "records no schema")
+        return out
+
+    def needs_metadata(self) -> bool:
+        """Whether config.yaml or env.json must be rewritten (damaged, or missing beside samples)."""
+        return any(p != "is missing" or self.samples_path.exists() for p in self.metadata_problems().values())
+
+    def _set_aside_bad_lines(self) -> list[str]:
+        """Move lines that are no sample row to `<samples file>.damaged` (kept, never deleted) and
+        rewrite the sample file without them; one line per file saying so. A sample a damaged line
+        held is decoded again, as any missing one."""
+        path = self.samples_path
+        if not path.exists():
+            return []
+        with _writing(path):
+            data = path.read_bytes()
+        read = parse_lines(data)
+        if not read.bad:
+            return []
+        bad = {number for number, _ in read.bad}
+        lines = data.split(b"\n")[:-1]  # the torn tail is gone: the data ends with a newline
+        kept = [line for n, line in enumerate(lines, 1) if n not in bad and line.strip()]
+        moved = [line for n, line in enumerate(lines, 1) if n in bad]
+        aside = path.with_name(path.name + ".damaged")
+        with _writing(aside):
+            fd = os.open(aside, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                _write_all(fd, b"".join(line + b"\n" for line in moved))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        atomic_write_bytes(path, b"".join(line + b"\n" for line in kept))
+        return [
+            f"run {self.run_id}: {describe_bad_lines(path.name, read.bad)}; set aside in {aside.name} "
+            "(any sample such a line held is decoded again)"
+        ]
 
     def prepare(self, config_yaml: str, env: dict) -> None:
         with _writing(self.images):
@@ -321,11 +419,15 @@ class RunStore:
         atomic_write_text(self.dir / "config.yaml", config_yaml)
         atomic_write_json(self.dir / "env.json", env)
 
+    def sample_files(self) -> list[Path]:
+        return sorted(self.dir.glob("samples*.jsonl"))
+
     def rows(self) -> list[dict]:
-        """All sample rows of the run (every shard), one per (prompt_id, sample), first write wins."""
+        """All sample rows of the run (every shard), one per (prompt_id, sample), first write wins;
+        lines that are no sample row are skipped (results.runs reports them as damage)."""
         seen, merged = set(), []
-        for path in sorted(self.dir.glob("samples*.jsonl")):
-            for row in read_jsonl(path):
+        for path in self.sample_files():
+            for row in read_rows(path).rows:
                 key = (row["prompt_id"], row.get("sample", 0))
                 if key not in seen:
                     seen.add(key)
@@ -339,9 +441,8 @@ class RunStore:
         append_jsonl(self.samples_path, row)
 
     def summary(self) -> dict | None:
-        if not self.summary_path.exists():
-            return None
-        return json.loads(self.summary_path.read_text())
+        """summary.json, or None when it is missing or damaged (results.files says how)."""
+        return read_json(self.summary_path).doc
 
     def write_summary(self, summarise: Callable[[list[dict]], dict]) -> dict:
         """Recompute the summary from every row present and write it, under the summary lock, so the

@@ -37,14 +37,15 @@ from typing import Any, Optional
 import torch
 
 from sjdbench.adapter import Sampling
+from sjdbench.config.ranges import fit_to_model
 from sjdbench.config.schema import RunConfig, check_sampling, to_yaml
 from sjdbench.config.spec import RunSpec, resolve_run
 from sjdbench.data.prompts import Prompt
 from sjdbench.decoding.build import resolved_settings
 from sjdbench.decoding.loop import Decoder, DecodeResult, Request, jacobi_decode, jacobi_decode_batch
-from sjdbench.errors import Interrupted, NonFiniteLogits
+from sjdbench.errors import Interrupted, NonFiniteLogits, UserError
 from sjdbench.models.registry import build_adapter
-from sjdbench.results.store import SCHEMA, RunStore, StoreError, save_png
+from sjdbench.results.store import SCHEMA, RunLocked, RunStore, StoreError, save_png
 from sjdbench.results.summary import summarize
 from sjdbench.run.machine import apply_threads, environment, load_1m, snapshot
 
@@ -68,12 +69,20 @@ class Reporter:
     def sample_done(self, done: int, total: int, row: Optional[dict]) -> None:
         pass
 
+    def note(self, text: str) -> None:
+        """A line to show: a repair made to a damaged run, a setting fitted to the model."""
+
+    def close(self) -> None:
+        """The work is over (a reporter that prints on its own, e.g. a heartbeat, stops here)."""
+
 
 @dataclass
 class RunOutcome:
     run_id: str
     run_dir: str
-    status: str  # "complete" (already done) | "finished" (the selection is done) | "partial" | "failed"
+    # "done" (already stored: nothing decoded) | "finished" (the selection is done) | "partial" | "failed" |
+    # "skipped" (another process was writing it)
+    status: str
     summary: dict
     new_samples: int
     error: Optional[str] = None  # why it failed (paired runs that go on without it)
@@ -189,9 +198,10 @@ class RunWriter:
         done = self.store.done_keys()
         self.todo = [(p, s) for p, s in spec.wanted if (p.prompt_id, s) not in done]
         self.new = 0
-        if not self.todo:
+        self.notes: list[str] = []  # settings fitted to the model (config.ranges.fit_to_model)
+        if not self.todo and not self.store.needs_metadata():
             return
-        self.decoder = spec.decoder.build(adapter)
+        self.decoder, self.notes = fit_to_model(spec, spec.decoder.build(adapter), adapter)
         self.sampling = resolve_sampling(adapter.default_sampling, spec.config.sampling)
         # checked again now that the model is here: models without an image-token count before loading
         check_sampling(asdict(self.sampling), "sampling.", len(adapter.image_token_ids))
@@ -201,6 +211,7 @@ class RunWriter:
             "decoder_spec": spec.decoder.identity(),
             "schema": SCHEMA,
             **resolved_settings(self.decoder),
+            **({"window_used": self.decoder.window} if self.decoder.window != spec.decoder.window else {}),
         }
         env = {**environment(spec.device), "prompts_sha": spec.prompts_sha, **resolved}
         self.store.prepare(to_yaml(spec.config), env)
@@ -276,7 +287,7 @@ class RunWriter:
     def finish(self) -> RunOutcome:
         summary = write_summary(self.spec, self.store)
         selection_done = self.done == len(self.spec.wanted)
-        status = "complete" if self.new == 0 and selection_done else ("finished" if selection_done else "partial")
+        status = "done" if self.new == 0 and selection_done else ("finished" if selection_done else "partial")
         return RunOutcome(self.spec.run_id, str(self.store.dir), status, summary, self.new)
 
 
@@ -337,13 +348,17 @@ def execute_runs(
     reporter = reporter or Reporter()
     timing = new_timing(timing_mode)
     writers: list[RunWriter] = []
+    everyone, aside = specs, {}  # aside: run_id -> the outcome of a run skipped or refused on its own
     with contextlib.ExitStack() as locks:
         try:
-            stores = [locks.enter_context(spec.store().writer()) for spec in specs]
-            if any(len(spec.wanted_keys - store.done_keys()) for spec, store in zip(specs, stores)):
+            specs = _lock(locks, specs, keep_going, aside, reporter)
+            if any(len(spec.wanted_keys - spec.store().done_keys()) or spec.store().needs_metadata() for spec in specs):
                 apply_threads(specs[0].config.threads, specs[0].device)
                 adapter = adapter if adapter is not None else load_adapter(specs[0], reporter)
-            writers = [RunWriter(spec, adapter, timing) for spec in specs]
+            writers = _writers(specs, adapter, timing, keep_going, aside, reporter)
+            specs = [w.spec for w in writers]
+            if not writers:
+                return [aside[spec.run_id] for spec in everyone]
             total = sum(len(w.spec.wanted) for w in writers)
             reporter.sample_done(sum(w.done for w in writers), total, None)
             for writer in writers:
@@ -382,7 +397,48 @@ def execute_runs(
         outcomes = [writer.finish() for writer in writers]
         for i, message in failed.items():
             outcomes[i] = replace(outcomes[i], status="failed", error=message)
-        return outcomes
+        by_id = {o.run_id: o for o in outcomes} | aside
+        return [by_id[spec.run_id] for spec in everyone]
+
+
+def _lock(locks, specs: list[RunSpec], keep_going: bool, aside: dict, reporter: Reporter) -> list[RunSpec]:
+    """Take each run's write lock. A run another process is writing is refused (RunLocked); with
+    `keep_going` (a sweep) it is skipped with its line and the others go on: one run's lock never
+    fails another run. The repairs each lock's holder made (store.RunStore.writer) are reported."""
+    locked = []
+    for spec in specs:
+        try:
+            store = locks.enter_context(spec.store().writer())
+        except RunLocked as error:
+            if not keep_going:
+                raise
+            aside[spec.run_id] = RunOutcome(spec.run_id, str(spec.store().dir), "skipped", {}, 0, str(error))
+            reporter.note(f"skipped: {error}")
+            continue
+        for text in store.repairs:
+            reporter.note(text)
+        locked.append(spec)
+    return locked
+
+
+def _writers(
+    specs: list[RunSpec], adapter: Any, timing: dict, keep_going: bool, aside: dict, reporter: Reporter
+) -> list[RunWriter]:
+    """A writer per run; with `keep_going`, a run whose settings do not fit the loaded model
+    (config.ranges.fit_to_model) fails on its own, with its line, and the others go on."""
+    writers = []
+    for spec in specs:
+        try:
+            writer = RunWriter(spec, adapter, timing)
+        except UserError as error:
+            if not keep_going or isinstance(error, StoreError):
+                raise
+            aside[spec.run_id] = RunOutcome(spec.run_id, str(spec.store().dir), "failed", {}, 0, str(error))
+            continue
+        for text in writer.notes:
+            reporter.note(text)
+        writers.append(writer)
+    return writers
 
 
 def execute(

@@ -42,7 +42,7 @@ from sjdbench.paths import conf_dir
 from sjdbench.results.pairing import pair_key
 from sjdbench.results.root import results_root
 from sjdbench.results.runs import speedups
-from sjdbench.results.store import RunStore, atomic_write_json, atomic_write_text
+from sjdbench.results.store import RunLocked, RunStore, atomic_write_json, atomic_write_text
 from sjdbench.run.machine import apply_threads
 from sjdbench.run.runner import TIMING_MODES, Reporter, RunOutcome, execute_runs, load_adapter, write_summary
 
@@ -236,8 +236,9 @@ def sweep_identity(points: list[GridPoint]) -> tuple[str, Path]:
 def run_status(point: GridPoint) -> str:
     """done | partial | todo for the point's prompt selection, from the store alone (no model loaded)."""
     wanted = point.spec.wanted_keys
-    have = len(RunStore(point.spec.root, point.run_id).done_keys() & wanted)
-    if have == len(wanted):
+    store = RunStore(point.spec.root, point.run_id)
+    have = len(store.done_keys() & wanted)
+    if have == len(wanted) and not store.needs_metadata():  # damaged metadata: the run rewrites it
         return "done"
     return "partial" if have else "todo"
 
@@ -286,7 +287,8 @@ def run_group(
     """Runs of one model: paired (interleaved prompt by prompt) or one after another. `adapters`
     caches loaded models by model key across groups; a failed run never stops the others."""
     key = _model_key(specs[0])
-    if key not in adapters and any(spec.wanted_keys - spec.store().done_keys() for spec in specs):
+    needed = any(spec.wanted_keys - spec.store().done_keys() or spec.store().needs_metadata() for spec in specs)
+    if key not in adapters and needed:
         adapters.clear()  # one model in memory at a time
         apply_threads(specs[0].config.threads, specs[0].device)
         adapters[key] = load_adapter(specs[0], reporter or Reporter())
@@ -301,6 +303,10 @@ def run_group(
             if reporter is not None:
                 reporter.begin(f"{spec.config.model.name} / {spec.label}")
             outcomes += execute_runs([spec], adapter, reporter, timing_mode="single")
+        except RunLocked as error:  # another process writes this run: skipped, the others go on
+            if reporter is not None:
+                reporter.note(f"skipped: {error}")
+            outcomes.append(RunOutcome(spec.run_id, str(spec.store().dir), "skipped", {}, 0, str(error)))
         except Exception as error:  # noqa: BLE001 - record and go on with the sweep
             log.debug("run %s failed:\n%s", spec.run_id, traceback.format_exc())
             outcomes.append(
@@ -312,7 +318,7 @@ def run_group(
 @dataclass
 class PointResult:
     run_id: str
-    status: str  # done (was already) | finished | partial | complete | failed | merged
+    status: str  # done (was already, or nothing was missing) | finished | partial | failed | skipped | merged
     error: Optional[str] = None
     seconds: float = 0.0
 
@@ -534,18 +540,15 @@ def execute_sweep(
     write_plan(sweep, executor, timing)
     tick = tick or (lambda result: None)
     results: list[PointResult] = []
-    todo = []
-    for point in sweep.points:
-        if run_status(point) == "done":
-            result = PointResult(point.run_id, "done")
-            results.append(result)
-            tick(result)
-        else:
-            todo.append(point)
+    todo = [point for point in sweep.points if run_status(point) != "done"]
     if todo and timing == "paired":  # a paired group also times the runs of the group that are done
         todo_keys = {_job_key(p.spec) for p in todo}
         todo = [p for p in sweep.points if _job_key(p.spec) in todo_keys]
-        results = [r for r in results if r.run_id not in {p.run_id for p in todo}]
+    for point in sweep.points:  # each point is counted once: done now, or when its job reports
+        if point not in todo:
+            result = PointResult(point.run_id, "done")
+            results.append(result)
+            tick(result)
     if todo:
         jobs = make_jobs(todo, timing, one_per_point=executor != "local")
         if executor == "local":

@@ -16,7 +16,6 @@ Two levels:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
@@ -76,20 +75,32 @@ def open_run(run_dir: Path) -> RunView:
     import dataclasses
 
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     from sjdbench.config.schema import RunConfig
     from sjdbench.data.prompts import load_prompts
+    from sjdbench.results.files import read_json, read_yaml
     from sjdbench.results.store import RunStore, holds_final_samples
 
     run_dir = Path(run_dir)
-    summary_path, config_path = run_dir / "summary.json", run_dir / "config.yaml"
-    if not config_path.exists():
+    if not (run_dir / "config.yaml").exists():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml)")
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    if not holds_final_samples(summary):
+    summary, env = read_json(run_dir / "summary.json"), read_json(run_dir / "env.json")
+    config_read = read_yaml(run_dir / "config.yaml")
+    for name, read in (("summary.json", summary), ("env.json", env), ("config.yaml", config_read)):
+        if read.problem:
+            raise UserError(f"run {run_dir.name}: {name} {read.problem}; re-run its command to rewrite it")
+    if not holds_final_samples(summary.doc):
         raise UserError(f"run {run_dir.name} is not finished; re-run its command to finish it")
-    config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(config_path)))
-    env = json.loads((run_dir / "env.json").read_text())
+    try:
+        config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), config_read.doc))
+    except OmegaConfBaseException as error:
+        first = str(error).splitlines()[0]
+        raise UserError(
+            f"run {run_dir.name}: its config.yaml does not fit this sjdbench's config ({first}); re-run its command "
+            "with this sjdbench to rewrite it"
+        ) from None
+    summary, env = summary.doc, env.doc or {}
     prompts, sha = load_prompts(dataclasses.replace(config.data, limit=None, shard=None))  # the whole set
     if env.get("prompts_sha") and env["prompts_sha"] != sha:
         raise UserError(
@@ -139,13 +150,29 @@ class Evaluator:
         """Raise Refused when n samples cannot give a trustworthy score."""
 
     def images(self, samples: list[Sample]) -> list[np.ndarray]:
-        missing = [s for s in samples if s.image is None or not s.image.exists()]
-        if missing:
+        unsaved = [s for s in samples if s.image is None]
+        if unsaved:
             raise Refused(
-                f"{self.name} needs the run's images, and sample {missing[0].key} has none "
+                f"{self.name} needs the run's images, and sample {unsaved[0].key} has none "
                 "(runs with save_images=false cannot be scored)"
             )
-        return [load_image(s.image) for s in samples]
+        missing = [s for s in samples if not s.image.exists()]
+        if missing:
+            raise Refused(
+                f"{self.name} needs the run's images, and {missing[0].image} is missing ({len(missing)} of "
+                f"{len(samples)} deleted?); decode the run again (move its folder out of the store and re-run "
+                "its command) to score it"
+            )
+        images = []
+        for sample in samples:
+            try:
+                images.append(load_image(sample.image))
+            except (OSError, ValueError) as error:  # PIL: not an image, truncated
+                raise Refused(
+                    f"{self.name} cannot read {sample.image} ({type(error).__name__}: damaged?); decode the run "
+                    "again (move its folder out of the store and re-run its command) to score it"
+                ) from None
+        return images
 
 
 class SampleMetric(Evaluator):
@@ -190,6 +217,11 @@ class SetMetric(Evaluator):
         return lambda vectors: self.distance(vectors, reference)[0]
 
     def check(self, n: int) -> None:
+        if n < 2:  # a covariance needs two samples, whatever eval.force says
+            raise Refused(
+                f"{self.name} refused: run {self.run.run_id} holds {n} sample; a distance between feature sets "
+                "needs at least 2 (a covariance); score a run of 2 or more samples (e.g. data.limit=2)"
+            )
         if self.feature_dim and n < self.feature_dim and not self.settings.force:
             raise Refused(
                 f"{self.name} refused: N = {n} samples is below the {self.feature_dim} feature dimensions, "

@@ -31,10 +31,11 @@ def score_path(run_dir: Path, evaluator: str, digest: str) -> Path:
 
 
 def read_score(path: Path) -> dict | None:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None  # absent, or torn by a crash before the atomic rename existed: recompute
+    """The score file's document; None when absent or damaged (not UTF-8, not JSON, not an object:
+    `sjdbench eval` then scores again and rewrites it)."""
+    from sjdbench.results.files import read_json
+
+    return read_json(Path(path)).doc
 
 
 def write_score(path: Path, doc: dict) -> None:

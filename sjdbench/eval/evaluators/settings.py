@@ -116,3 +116,22 @@ def validate(config: EvalConfig) -> None:
             raise UserError(f"unknown {key} '{value}'; choose one of: {', '.join(valid)}")
     if config.toy.renders_per_caption < 1:
         raise UserError("eval.toy.renders_per_caption must be >= 1")
+    counts = {
+        "eval.bootstrap": (config.bootstrap, 0),
+        "eval.toy.bootstrap": (config.toy.bootstrap, 0),
+        "eval.inception.bootstrap": (config.inception.bootstrap, 0),
+        "eval.inception.batch_size": (config.inception.batch_size, 1),
+        "eval.clip.batch_size": (config.clip.batch_size, 1),
+        "eval.kid.subsets": (config.kid.subsets, 1),
+        "eval.kid.subset_size": (config.kid.subset_size, 2),
+        "eval.kid.degree": (config.kid.degree, 1),
+        "eval.kid.bootstrap_subsets": (config.kid.bootstrap_subsets, 1),
+    }
+    for key, (value, least) in counts.items():
+        if value < least:
+            raise UserError(f"{key} must be >= {least}, got {value}")
+    if config.floor_seed_offset == 0:
+        raise UserError(
+            "eval.floor_seed_offset=0 compares the AR run with itself (a noise floor of 0); use another seed "
+            "offset, e.g. eval.floor_seed_offset=1"
+        )

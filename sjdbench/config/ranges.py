@@ -1,0 +1,134 @@
+"""Values that are legal but almost certainly a mistake: refused with the valid range, or clamped with a
+`note:` line, one decision per case (README, "Bad input"):
+
+- refused before any model loads (`check_knob_ranges`, part of `schema.check_config`): a knob that is
+  a probability set outside [0, 1] (GSD's p_thr);
+- refused right after the model loads, before anything decodes (`fit_to_model`): growth steps no
+  history can reach on this model (every iteration commits at least one token, so a position is
+  observed at most once per iteration and at most as many times as the image has positions);
+- a note after the model loads: growth steps a chain window of this size cannot reach (a position
+  stays in a W-slot chain window for at most W iterations);
+- clamped with a note after the model loads (`fit_to_model`): a window larger than any forward can
+  use on this model's images (the same tokens as at the largest useful window, without allocating
+  caches for slots that are never fed; env.json records `window_used`);
+- notes before any model loads (`spec_notes`, carried by the RunSpec): a data.limit beyond the
+  prompt set (all prompts are used), a batch larger than the samples to decode, more threads than
+  CPUs, a data.column a .txt file does not read.
+
+The segment length (positions per image) is known only once the model is built for most models,
+hence the two checks after loading; they run before the first decode, so a mistake still costs a
+model load, never a decode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sjdbench.errors import UserError
+
+if TYPE_CHECKING:
+    from sjdbench.config.schema import RunConfig
+    from sjdbench.config.spec import RunSpec
+    from sjdbench.decoding.build import DecoderSpec
+
+# (part kind, part name, knob) -> (low, high, what the knob is): knobs whose range their part leaves open
+BOUNDED_KNOBS: dict[tuple[str, str, str], tuple[float, float, str]] = {
+    ("verifier", "gsd", "p_thr"): (0.0, 1.0, "a probability threshold"),
+}
+
+
+def check_knob_ranges(spec: DecoderSpec) -> None:
+    """Knobs of BOUNDED_KNOBS outside their range, in every part and nested part: one line with the range."""
+
+    def visit(part: Any, where: str) -> None:
+        for knob, value in part.knobs().items():
+            bound = BOUNDED_KNOBS.get((part.kind, part.name, knob))
+            if bound and isinstance(value, (int, float)) and not bound[0] <= value <= bound[1]:
+                low, high, what = bound
+                raise UserError(f"{where}.{knob}={value} is out of range: it is {what}; use {low:g}..{high:g}")
+        for key, child in part.children.items():
+            visit(child, f"{where}.{key}")
+
+    for kind, part in spec.parts().items():
+        visit(part, f"decoder.{kind}")
+
+
+def useful_window(spec: DecoderSpec, n_positions: int) -> int | None:
+    """The most slots one forward of this decoder can use on images of `n_positions` positions (a
+    larger window decodes the same tokens); None for a topology of one's own (not known here)."""
+    topology = spec.topology
+    if topology.name in ("chain", "rows"):  # never more slots than positions left
+        return n_positions
+    if topology.name == "tree":  # the full K-ary tree's branches, then the first-child path to the end
+        from sjdbench.decoding.topologies.tree import tree_size
+
+        width, depth = topology.config.width, topology.config.depth
+        return tree_size([width] * max(depth - 1, 0)) + n_positions
+    return None
+
+
+def observations_needed(spec: DecoderSpec) -> int:
+    """Observations of a position that the growth mask needs: N + 1 for N strict increases, else N."""
+    return spec.growth_steps + 1 if spec.growth_reading == "increases" else spec.growth_steps
+
+
+def fit_to_model(spec: RunSpec, decoder: Any, adapter: Any) -> tuple[Any, list[str]]:
+    """The built decoder fitted to the loaded model, and a note per change; UserError (one line, with
+    the range) for growth steps the model's images cannot reach. Runs before anything decodes."""
+    resolved = spec.decoder
+    if resolved.is_ar:
+        return decoder, []
+    n_positions = int(adapter.layout.n_positions)
+    needed = observations_needed(resolved)
+    if needed > n_positions:
+        most = n_positions - (needed - resolved.growth_steps)
+        raise UserError(
+            f"decoder.growth_steps={resolved.growth_steps} can never be reached on {spec.config.model.name}: an "
+            f"image has {n_positions} positions, so a position is observed at most {n_positions} times (once per "
+            f"iteration, and every iteration commits a token), and growth needs {needed} observations "
+            f"({resolved.growth_reading}); use decoder.growth_steps=1..{max(most, 1)}"
+        )
+    notes = []
+    if resolved.topology.name == "chain" and needed > resolved.window:
+        notes.append(
+            f"at decoder.window={resolved.window} a position stays in the window for at most {resolved.window} "
+            f"iterations, so growth over decoder.growth_steps={resolved.growth_steps} ({resolved.growth_reading}: "
+            f"{needed} observations) never fires: growth statistics stay 0 and VP never fuses"
+        )
+    most = useful_window(resolved, n_positions)
+    if most is not None and resolved.window > most:
+        decoder = dataclasses.replace(decoder, window=most)
+        notes.append(
+            f"decoder.window={resolved.window} is more than a forward can use on {spec.config.model.name}'s images "
+            f"({n_positions} positions): it decodes the same tokens as decoder.window={most}, which this run uses "
+            f"(env.json records window_used={most}); use decoder.window=1..{most}"
+        )
+    return decoder, notes
+
+
+def spec_notes(config: RunConfig, spec: DecoderSpec, set_size: int, selected: int) -> list[str]:
+    """Notes on settings that are legal but do not do what they say (clamped or inert), before any
+    model loads. `selected`: prompts in the run's selection."""
+    notes = []
+    limit = config.data.limit
+    if limit is not None and limit > set_size:
+        notes.append(f"data.limit={limit} exceeds the {set_size} prompts of data={config.data.name}; all are used")
+    samples = selected * config.samples_per_prompt
+    if config.batch_size > 1 and samples and config.batch_size > samples:
+        notes.append(
+            f"batch_size={config.batch_size} but the run decodes at most {samples} sample{'s' if samples > 1 else ''}: "
+            f"at most {samples} decode together (the run id keeps batch_size={config.batch_size})"
+        )
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if config.threads is not None and config.threads > cpus:
+        notes.append(
+            f"threads={config.threads} exceeds the {cpus} CPUs this process may use: threads that wait for each "
+            "other slow every matmul (see README, Reproducibility and performance)"
+        )
+    path = config.data.path
+    if path and path != "???" and Path(path).suffix.lower() not in (".tsv", ".csv") and config.data.column != "prompt":
+        notes.append(f"data.column={config.data.column} does nothing for {Path(path).name}: one prompt per line")
+    return notes
