@@ -62,10 +62,8 @@ def printed(outputs: dict[str, str]) -> dict[str, dict[str, tuple]]:
         "run": rows(outputs["run"], rf"^(\S+)\s+\d+\s+\d+\s.*?\s{NUMBER}[~!]*\s+(\d+)$"),
         # eval: decoder step x | vs AR [CI] N | scores
         "eval": rows(outputs["eval"], rf"^(\S+)\s+\d+\.\d\d\s+{NUMBER}\s+(\d+)\s"),
-        # report: decoder W lossless [n] latency images/s | speedup [CI] N paired | NFE ...
-        "report": rows(
-            outputs["report"], rf"^(\S+)\s+\S+\s+(?:yes|no)\s+(?:\d+\s+)?\d+\.\d{{3}}\s+\d+\.\d\d\s+{NUMBER}\s+(\d+)\s"
-        ),
+        # report: decoder W lossless [n] latency | speedup [CI] N paired | images/s NFE ...
+        "report": rows(outputs["report"], rf"^(\S+)\s+\S+\s+(?:yes|no)\s+(?:\d+\s+)?\d+\.\d{{3}}\s+{NUMBER}\s+(\d+)\s"),
     }
 
 
