@@ -348,6 +348,7 @@ def execute_runs(
     reporter = reporter or Reporter()
     timing = new_timing(timing_mode)
     writers: list[RunWriter] = []
+    aside: dict[str, RunOutcome]
     everyone, aside = specs, {}  # aside: run_id -> the outcome of a run skipped or refused on its own
     with contextlib.ExitStack() as locks:
         try:

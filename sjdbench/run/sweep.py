@@ -31,7 +31,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, cast
 
 import yaml
 
@@ -132,7 +132,7 @@ def parse_words(words: list[str]) -> tuple[dict[str, list[str]], list[str]]:
     Later words win over a preset's settings for the same key.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import ValueType
+    from hydra.core.override_parser.types import Glob, ValueType
     from hydra.errors import HydraException
 
     grid: dict[str, list[str]] = {}
@@ -167,7 +167,7 @@ def parse_words(words: list[str]) -> tuple[dict[str, list[str]], list[str]]:
         fixed.pop(key, None)
         if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
             group = override.key_or_group
-            values = override.value().filter(group_choices(group))
+            values = cast(Glob, override.value()).filter(group_choices(group))  # a glob sweep's value is a Glob
             if not values:
                 raise UserError(f"{word} matches no {group}; choices: {', '.join(group_choices(group))}")
         elif override.value_type == ValueType.INTERVAL_SWEEP:
@@ -365,6 +365,7 @@ def run_local(
     jobs: list[list[GridPoint]], tick: Tick, timing: str, reporter: Optional[Reporter] = None
 ) -> list[PointResult]:
     """Jobs in this process, one model loaded at a time; a failure never stops the rest."""
+    adapters: dict  # loaded adapters, reused by the jobs of the same model (run_group)
     results, adapters = [], {}
     for job in jobs:
         start = time.perf_counter()
