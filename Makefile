@@ -37,6 +37,7 @@ lint: $(BIN)/python
 	@$(BIN)/python -c "import ruff, mypy" 2>/dev/null || $(MAKE) install
 	$(BIN)/ruff check sjdbench tests benchmarks scripts
 	$(BIN)/ruff format --check sjdbench tests benchmarks scripts
+	$(BIN)/mypy
 
 format: $(BIN)/python
 	$(BIN)/ruff format sjdbench tests benchmarks scripts

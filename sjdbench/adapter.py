@@ -82,11 +82,17 @@ class SegmentLayout:
         forced, rows, cols = [], [], []
         for r in range(h):
             for c in range(w):
-                forced.append(-1), rows.append(r), cols.append(c)
+                forced.append(-1)
+                rows.append(r)
+                cols.append(c)
             if eol_token is not None:
-                forced.append(eol_token), rows.append(-1), cols.append(-1)
+                forced.append(eol_token)
+                rows.append(-1)
+                cols.append(-1)
         if eoi_token is not None:
-            forced.append(eoi_token), rows.append(-1), cols.append(-1)
+            forced.append(eoi_token)
+            rows.append(-1)
+            cols.append(-1)
         as_long = lambda xs: torch.tensor(xs, dtype=torch.long)  # noqa: E731
         return SegmentLayout(as_long(forced), as_long(rows), as_long(cols), (h, w))
 

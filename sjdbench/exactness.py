@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sjdbench.adapter import Sampling
+from sjdbench.adapter import Sampling, SegmentLayout
 from sjdbench.decoding.loop import Decoder, Request, jacobi_decode_batch
 from sjdbench.decoding.processing import StructureMasks, process_logits
 
@@ -40,6 +40,14 @@ def enumerable_model():
 class TabulatedAdapter:
     """Wraps an adapter; serves prefill/forward from a table of every prefix's logits, for a batch of
     samples (each sample's window answered on its own, as the contract says)."""
+
+    # the wrapped adapter's, copied in __init__
+    name: str
+    vocab_size: int
+    layout: SegmentLayout
+    image_token_ids: torch.Tensor
+    default_sampling: Sampling
+    device: torch.device
 
     def __init__(self, adapter, prompt: str) -> None:
         self.inner = adapter
@@ -104,7 +112,7 @@ class TabulatedAdapter:
             n = L if lengths is None else lengths[b]
             sample_mask = None if mask is None else mask[b, :n, :n]
             logits = self._forward_one(
-                c, tokens[b, :n], positions[b, :n], sample_mask, None if mask is None else host_mask[b, :n, :n]
+                c, tokens[b, :n], positions[b, :n], sample_mask, None if host_mask is None else host_mask[b, :n, :n]
             )
             if n < L:  # padding slots: never read
                 logits = torch.cat([logits, logits[:, -1:].expand(-1, L - n, -1)], dim=1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any, Callable, cast
 
 import typer
 
@@ -57,7 +58,8 @@ app = build_app()
 
 def command_names() -> list[str]:
     """Every command and command group of the app, as typed after `sjdbench`."""
-    names = [c.name or c.callback.__name__ for c in app.registered_commands]
+    # every command is registered with its function (`app.command(...)(function)`)
+    names = [c.name or cast(Callable[..., Any], c.callback).__name__ for c in app.registered_commands]
     return names + [g.name for g in app.registered_groups if g.name]
 
 

@@ -73,7 +73,7 @@ class CliReporter:
 
     def begin(self, label: str) -> None:
         self.label = label
-        if self.bar is not None:
+        if self.bar is not None and self.task is not None:  # a bar has its task
             self.bar.update(self.task, description=label, completed=0, total=None)
 
     def model_loading(self, name: str, device: str) -> None:
@@ -88,7 +88,7 @@ class CliReporter:
 
     def sample_done(self, done: int, total: int, row: Optional[dict]) -> None:
         self._working(f"{done}/{total} samples; the next one is still decoding" if done < total else "")
-        if self.bar is not None:
+        if self.bar is not None and self.task is not None:  # a bar has its task
             self.bar.update(self.task, completed=done, total=total)
             return
         if self.quiet:

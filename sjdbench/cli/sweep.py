@@ -215,8 +215,12 @@ class SweepScorer:
         from sjdbench.cli.eval import report_outcome
         from sjdbench.eval.score import score
 
+        def on_outcome(outcome) -> None:  # refusals are noted as they come
+            if outcome.status == "refused":
+                report_outcome(outcome)
+
         try:
-            outcomes = score(run_dirs, self.config, on_outcome=lambda o: o.status == "refused" and report_outcome(o))
+            outcomes = score(run_dirs, self.config, on_outcome=on_outcome)
         except Exception as error:  # noqa: BLE001 - scoring never stops a sweep; the runs are safe
             note(f"scoring {', '.join(d.name for d in run_dirs)} failed: {type(error).__name__}: {error}")
             return []

@@ -71,7 +71,10 @@ def summary_table(
             cells[COLUMNS.index(("sec", "latency_s_mean", 3))] += "!"
         if speedups is not None:
             run_id = summary.get("run_id")
-            cells += speedup_cells(speedups.get(run_id), (marks or {}).get(run_id, ""))
+            if run_id is None:  # no run id: no speedup of its own
+                cells += speedup_cells(None)
+            else:
+                cells += speedup_cells(speedups.get(run_id), (marks or {}).get(run_id, ""))
         table.add_row(*cells)
     return table
 

@@ -4,7 +4,7 @@ measure the toy's regime (registered as the `toy` group in sjdbench.cli.commands
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -114,7 +114,8 @@ def calibrate(
     from sjdbench.models.toy.calibrate import calibrate as run
     from sjdbench.models.toy.calibrate import knob_sweep
 
-    sampling = {k: v for k, v in {"top_k": top_k, "cfg_scale": cfg_scale}.items() if v is not None}
+    sampling: dict[str, Any] = {k: v for k, v in {"top_k": top_k, "cfg_scale": cfg_scale}.items() if v is not None}
+    res: dict | list[dict]
     try:
         if knobs:
             res = knob_sweep(weights, n=n, results_dir=results_dir)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sjdbench.errors import UserError
 
@@ -63,9 +63,10 @@ def useful_window(spec: DecoderSpec, n_positions: int) -> int | None:
     if topology.name in ("chain", "rows"):  # never more slots than positions left
         return n_positions
     if topology.name == "tree":  # the full K-ary tree's branches, then the first-child path to the end
-        from sjdbench.decoding.topologies.tree import tree_size
+        from sjdbench.decoding.topologies.tree import TreeConfig, tree_size
 
-        width, depth = topology.config.width, topology.config.depth
+        config = cast(TreeConfig, topology.config)  # the registered tree's knobs
+        width, depth = config.width, config.depth
         return tree_size([width] * max(depth - 1, 0)) + n_positions
     return None
 
@@ -98,13 +99,13 @@ def fit_to_model(spec: RunSpec, decoder: Any, adapter: Any) -> tuple[Any, list[s
             f"iterations, so growth over decoder.growth_steps={resolved.growth_steps} ({resolved.growth_reading}: "
             f"{needed} observations) never fires: growth statistics stay 0 and VP never fuses"
         )
-    most = useful_window(resolved, n_positions)
-    if most is not None and resolved.window > most:
-        decoder = dataclasses.replace(decoder, window=most)
+    useful = useful_window(resolved, n_positions)
+    if useful is not None and resolved.window > useful:
+        decoder = dataclasses.replace(decoder, window=useful)
         notes.append(
             f"decoder.window={resolved.window} is more than a forward can use on {spec.config.model.name}'s images "
-            f"({n_positions} positions): it decodes the same tokens as decoder.window={most}, which this run uses "
-            f"(env.json records window_used={most}); use decoder.window=1..{most}"
+            f"({n_positions} positions): it decodes the same tokens as decoder.window={useful}, which this run uses "
+            f"(env.json records window_used={useful}); use decoder.window=1..{useful}"
         )
     return decoder, notes
 

@@ -17,7 +17,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, cast
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -292,7 +292,7 @@ def to_run_config(raw: Any) -> RunConfig:
     try:
         plain = OmegaConf.create(OmegaConf.to_container(raw, resolve=True))  # drop Hydra's node types
         merged = OmegaConf.merge(OmegaConf.structured(RunConfig), plain)
-        config: RunConfig = OmegaConf.to_object(merged)
+        config = cast(RunConfig, OmegaConf.to_object(merged))  # a structured RunConfig converts to one
     except OmegaConfBaseException as error:
         key = getattr(error, "full_key", None)
         message = _first_line(error)

@@ -9,10 +9,10 @@ the model (LANTERN's codebook, GSD's embeddings).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sjdbench.decoding.loop import Decoder
-from sjdbench.decoding.parts import KINDS
+from sjdbench.decoding.parts import KINDS, Verifier
 from sjdbench.decoding.registry import PartSpec, default_spec, resolve_part
 from sjdbench.errors import UserError
 
@@ -32,7 +32,7 @@ class DecoderSpec:
     proposal: PartSpec
     verifier: PartSpec
     init: PartSpec
-    topology: PartSpec = None  # resolve_decoder always sets it (chain when the config names none)
+    topology: PartSpec  # resolve_decoder always sets it (chain when the config names none)
     growth_steps: int = 3
     growth_reading: str = "increases"
     trace_positions: int = 8
@@ -43,7 +43,7 @@ class DecoderSpec:
 
     @property
     def greedy(self) -> bool:
-        return bool(self.verifier.cls.greedy)
+        return bool(cast(type[Verifier], self.verifier.cls).greedy)
 
     def parts(self) -> dict[str, PartSpec]:
         return {kind: getattr(self, kind) for kind in KINDS}

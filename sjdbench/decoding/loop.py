@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -190,7 +190,8 @@ class BatchDecode:
         self.init_state = decoder.init.begin(self.init_ctx)
         self.rows: list[Active | None] = [None] * B
         self.bad_prefill = torch.zeros((), dtype=torch.bool, device=self.device)
-        self.deferred: tuple | None = None  # growth flags of the last tests, read with the next host sync
+        # growth flags of the last tests, read with the next host sync: (samples, accepted, verified, flags)
+        self.deferred: tuple[np.ndarray, np.ndarray, np.ndarray, torch.Tensor] | None = None
 
     # -- the batch -----------------------------------------------------------------------------------
 
@@ -224,7 +225,7 @@ class BatchDecode:
         self.decoder.init.observe(self.init_state, rows_t, zero, first)
         self.recorder.prefill(rows)
         for row in rows:
-            self.rows[row].decided[0] = True
+            cast(Active, self.rows[row]).decided[0] = True  # admitted above
         yield from self.finished()  # a one-position segment is done already
 
     def finished(self) -> Iterator[tuple[Request, DecodeResult]]:
@@ -235,6 +236,7 @@ class BatchDecode:
         tokens = self.tokens[done].cpu()
         for i, row in enumerate(done):
             active = self.rows[row]
+            assert active is not None  # done lists occupied rows
             self.rows[row] = None
             yield active.request, DecodeResult(tokens[i], self.recorder.finish(row))
         yield from self.admit(done)  # the next requests take the free rows
@@ -259,6 +261,10 @@ class BatchDecode:
 
     # -- one iteration -------------------------------------------------------------------------------
 
+    def active_rows(self) -> list[Active]:
+        """The samples row by row, during an iteration: finished() leaves no row empty (the batch shrinks)."""
+        return cast("list[Active]", self.rows)
+
     def step(self) -> None:
         windows = self.plan()  # 1. the windows' slots
         fed = self.forward(windows)  # 2. one forward; slot i predicts position positions[i] + 1
@@ -269,7 +275,7 @@ class BatchDecode:
 
     def plan(self) -> list[Window]:
         windows = []
-        for row, active in enumerate(self.rows):
+        for row, active in enumerate(self.active_rows()):
             view = SampleView(
                 row,
                 self.tokens[row],
@@ -323,7 +329,7 @@ class BatchDecode:
         """Every draft's test at once (one verifier call, one host sync, which also brings the last
         iteration's growth flags to the recorder), then each window's walk, then the emitted tokens,
         each sample's from its own generator."""
-        generators = [row.request.generator for row in self.rows]
+        generators = [row.request.generator for row in self.active_rows()]
         carry, deferred = self.carry(fed.bad)
         verdicts, emitted, host = verify_windows(
             self.topology, self.decoder.verifier, fed.windows, fed.p, fed.nodes, generators, carry
@@ -334,22 +340,22 @@ class BatchDecode:
             self.recorder.record_growth(*deferred, host[1:].reshape(-1, 4))
         return verdicts, emitted
 
-    def carry(self, bad: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
+    def carry(self, bad: torch.Tensor) -> tuple[torch.Tensor, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
         """What the iteration's one host sync brings back besides the verifier's flags: the non-finite
         flag, then the growth flags (T, 4) of the tests recorded last iteration (deferred to this sync
         so that recording them costs no sync of its own)."""
         deferred, self.deferred = self.deferred, None
         if deferred is None:
             return bad[None], None
-        *host, flags = deferred
-        return torch.cat([bad[None], flags.reshape(-1)]), tuple(host)
+        test_b, accepted, verified, flags = deferred
+        return torch.cat([bad[None], flags.reshape(-1)]), (test_b, accepted, verified)
 
     def flush_growth(self) -> None:
         """Record deferred growth flags now (a sample finishes before another sync would bring them)."""
         if self.deferred is not None:
-            *host, flags = self.deferred
+            test_b, accepted, verified, flags = self.deferred
             self.deferred = None
-            self.recorder.record_growth(*host, flags.cpu().numpy())
+            self.recorder.record_growth(test_b, accepted, verified, flags.cpu().numpy())
 
     def commit(self, fed: Fed, verdicts: list[Verdict], emitted: torch.Tensor) -> list[np.ndarray]:
         """Write the decided tokens, keep the roots not yet cached and the accepted drafts in the cache.
@@ -357,7 +363,7 @@ class BatchDecode:
         device = self.device
         samples, positions, pieces, kept, decided = [], [], [], [], []
         e = 0
-        for b, (w, v, active) in enumerate(zip(fed.windows, verdicts, self.rows)):
+        for b, (w, v, active) in enumerate(zip(fed.windows, verdicts, self.active_rows())):
             accepted_pos = w.positions[v.accepted]
             emitted_pos = w.positions[v.emit_slots] + 1
             here = (
@@ -458,6 +464,7 @@ class BatchDecode:
         """Probability trajectories: of the traced positions as they are decided, and (when asked for)
         of every draft the verifier decided on at a content position, with whether it passed."""
         history, recorder = self.history, self.recorder
+        assert history is not None  # traces are read from the history: observe() calls this only when it is kept
         for b, new in enumerate(decided):
             hits = self.traced.intersection(new.tolist())
             for pos in sorted(hits):
@@ -478,7 +485,7 @@ class BatchDecode:
     def propose(self, fed: Fed, verdicts: list[Verdict]) -> None:
         """The sources' p become next drafts at their targets, for every sample at once."""
         samples, sources, carried = [], [], []
-        for b, (w, v, active) in enumerate(zip(fed.windows, verdicts, self.rows)):
+        for b, (w, v, active) in enumerate(zip(fed.windows, verdicts, self.active_rows())):
             src, carry = v.sources, v.carried
             if not len(src):
                 continue
@@ -503,15 +510,14 @@ class BatchDecode:
         p = _rows(fed.p, sample_ids, source_slots, index)  # (S, V)
         has_old = torch.as_tensor(carried_nodes >= 0, device=device)
         if len(fed.nodes):
-            old = Carried(
-                *_entries((fed.nodes.tokens, fed.nodes.refs), np.maximum(carried_nodes, 0), index[3]), has_old
-            )
+            old_drafts, old_refs = _entries((fed.nodes.tokens, fed.nodes.refs), np.maximum(carried_nodes, 0), index[3])
+            old = Carried(old_drafts, old_refs, has_old)
         else:
             old = Carried(torch.zeros_like(sb), torch.zeros_like(p), has_old)
         growth = observed = None
         if history is not None and dec.proposal.history_depth:
             growth = history.growth_mask(sb, targets, dec.growth_steps, dec.strict_increases)
-        generators = [row.request.generator for row in self.rows]
+        generators = [row.request.generator for row in self.active_rows()]
         ctx = ProposalContext(sb, targets, history, growth, Draws(generators, per_sample, device))
         drafts, refs = dec.proposal.propose(p, old, ctx)
         grew = None
@@ -524,12 +530,13 @@ class BatchDecode:
 
     def raise_non_finite(self, fed: Fed) -> None:
         """The error path: the first sample and position whose logits or probabilities are bad."""
+        rows = self.active_rows()
         for b, w in enumerate(fed.windows):
             raw = fed.logits[b, :, : len(w)]  # (2, L, V): NaN or +inf anywhere (greedy's p stays finite)
             bad = ~(raw < float("inf")).all(-1).all(0) | ~torch.isfinite(fed.p[b, : len(w)]).all(-1)
             if bool(bad.any()):
-                raise NonFiniteLogits(int(w.positions[int(bad.long().argmax())]) + 1, self.rows[b].request.prompt)
-        raise NonFiniteLogits(0, self.rows[0].request.prompt)  # a prompt's own logits (the prefill)
+                raise NonFiniteLogits(int(w.positions[int(bad.long().argmax())]) + 1, rows[b].request.prompt)
+        raise NonFiniteLogits(0, rows[0].request.prompt)  # a prompt's own logits (the prefill)
 
 
 @dataclass
@@ -588,8 +595,8 @@ def verify_windows(
     verdicts = [topology.verify(w, p[b, : len(w)], rows[b], passed[b], verifier) for b, w in enumerate(windows)]
     base = verdicts[0].emit_base if len(verdicts) == 1 else torch.cat([v.emit_base for v in verdicts])  # (E, V)
     offsets = _offsets(counts)
-    rejected = [np.where(v.emit_rejected >= 0, v.emit_rejected + off, -1) for v, off in zip(verdicts, offsets)]
-    rejected = rejected[0] if len(rejected) == 1 else np.concatenate(rejected)
+    rejected_of = [np.where(v.emit_rejected >= 0, v.emit_rejected + off, -1) for v, off in zip(verdicts, offsets)]
+    rejected = rejected_of[0] if len(rejected_of) == 1 else np.concatenate(rejected_of)
     residual_rows = np.flatnonzero(rejected >= 0)
     if residual_rows.size:  # the verifier's replacement where a draft was rejected
         index = torch.as_tensor(np.stack([residual_rows, rejected[residual_rows]]), device=device)

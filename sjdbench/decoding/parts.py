@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 import numpy as np
 import torch
@@ -56,22 +56,27 @@ class NoKnobs(PartConfig):
     """The config of a part without knobs."""
 
 
-class Part:
-    """Base of every part: it holds its config and reads its knobs from there."""
+ConfigT = TypeVar("ConfigT", bound=PartConfig)
+
+
+class Part(Generic[ConfigT]):
+    """Base of every part: it holds its config and reads its knobs from there. `Config` is the class
+    of its config (ConfigT, the type its methods read)."""
 
     Config: ClassVar[type[PartConfig]] = NoKnobs
+    config: ConfigT
 
-    def __init__(self, config: PartConfig | None = None) -> None:
-        self.config = config if config is not None else self.Config()
+    def __init__(self, config: ConfigT | None = None) -> None:
+        self.config = config if config is not None else cast(ConfigT, self.Config())
 
     @classmethod
-    def build(cls, config: PartConfig, model: Any = None, **children: Any) -> Part:
+    def build(cls, config: ConfigT, model: Any = None, **children: Any) -> Part[ConfigT]:
         """The part for a resolved config (the registry's one call); `model` is the adapter, for parts
         that read model data, and `children` the built nested parts (VP's inner proposal)."""
         return cls(config, **children)
 
     @classmethod
-    def lossless(cls, config: PartConfig, **children: bool) -> bool:
+    def lossless(cls, config: ConfigT, **children: bool) -> bool:
         """Whether this part, with these knobs (and nested parts' claims), keeps AR's distribution.
         Lossy unless a part says otherwise: losslessness is a claim that needs a proof."""
         return False
@@ -104,7 +109,7 @@ class ProposalContext:
     draws: Draws  # uniforms, each row from its own sample's generator
 
 
-class Proposal(Part):
+class Proposal(Part[ConfigT]):
     history_depth: int = 0  # iterations of per-position probability history it reads (0: none)
 
     def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,7 +121,7 @@ class Proposal(Part):
 # -- verifiers -----------------------------------------------------------------------------------
 
 
-class Verifier(Part):
+class Verifier(Part[ConfigT]):
     greedy: ClassVar[bool] = False  # the loop processes distributions at temperature 0 (Jacobi)
 
     def accept(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -145,7 +150,7 @@ class InitContext:
     batch: int
 
 
-class Init(Part):
+class Init(Part[ConfigT]):
     reads_p: ClassVar[bool] = False  # wants `observe_p` (the loop skips gathering the rows otherwise)
 
     def begin(self, ctx: InitContext) -> Any:
@@ -284,8 +289,8 @@ class Verdict:
     carried: np.ndarray  # (S,) per source: the draft slot waiting at its target (carried over), or -1
 
 
-class Topology(Part):
-    select: ClassVar[str] = "first"  # accepted path: "first" (recursive rejection sampling) | "longest"
+class Topology(Part[ConfigT]):
+    select: str = "first"  # accepted path: "first" (recursive rejection sampling) | "longest"
 
     def siblings(self) -> int:
         """The most children a draft slot can have (1 for chains and rows)."""

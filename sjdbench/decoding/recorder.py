@@ -15,6 +15,7 @@ slot within a row), `sibling_*` by its index among siblings (trees), `row_*` by 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -168,8 +169,8 @@ class Recorder:
         """A new sample takes this batch row: its counters start at zero."""
         for value in self.counts.values():
             value[sample] = 0
-        for value in self.arrays.values():
-            value[sample] = 0
+        for array in self.arrays.values():
+            array[sample] = 0
         self.growth[sample] = 0
         self.trajectories[sample], self.draft_traces[sample] = [], []
 
@@ -237,12 +238,15 @@ class Recorder:
 
     def finish(self, sample: int) -> DecodeStats:
         growth = self.growth[sample].tolist()
+        # keyword arguments by field name: the int counters, then the list ones
+        counts: dict[str, Any] = {key: int(value[sample]) for key, value in self.counts.items()}
+        arrays: dict[str, Any] = {key: value[sample].tolist() for key, value in self.arrays.items()}
         return DecodeStats(
             self.window,
             self.n_tokens,
             self.n_content,
-            **{key: int(value[sample]) for key, value in self.counts.items()},
-            **{key: value[sample].tolist() for key, value in self.arrays.items()},
+            **counts,
+            **arrays,
             growth=dict(zip(GROWTH, growth)),
             trajectories=self.trajectories[sample],
             draft_traces=self.draft_traces[sample],

@@ -15,11 +15,11 @@ import dataclasses
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
-from sjdbench.decoding.parts import KINDS, PartConfig
+from sjdbench.decoding.parts import KINDS, Part, PartConfig
 from sjdbench.errors import UserError
 
 __all__ = ["KINDS", "PartSpec", "default_spec", "part_choices", "part_yaml", "resolve_part"]
@@ -75,8 +75,9 @@ class PartSpec:
     children: dict[str, PartSpec] = field(default_factory=dict)
 
     @property
-    def cls(self) -> type:
-        return _locate(self.target, f"decoder.{self.kind}")
+    def cls(self) -> type[Part]:
+        """The class `_target_` names (resolve_part checked that it has a `Config`; it builds the part)."""
+        return cast(type[Part], _locate(self.target, f"decoder.{self.kind}"))
 
     def knobs(self) -> dict[str, Any]:
         """Knobs the part reads under its current settings (unused ones and subparts left out)."""
@@ -174,7 +175,7 @@ def _typed(config_cls: type, values: dict, where: str) -> PartConfig:
 
     try:
         merged = OmegaConf.merge(OmegaConf.structured(config_cls), values)
-        return OmegaConf.to_object(merged)
+        return cast(PartConfig, OmegaConf.to_object(merged))  # a structured dataclass converts to one
     except OmegaConfBaseException as error:
         key = getattr(error, "key", None)
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -29,7 +29,7 @@ import pandas as pd
 from sjdbench.config.identity import SampleFacts
 from sjdbench.errors import UserError
 from sjdbench.eval.evaluators import COCO, EVALUATORS, TOY, evaluator_class
-from sjdbench.eval.evaluators.base import Evaluator, Refused, RunView, SetMetric, open_run
+from sjdbench.eval.evaluators.base import Evaluator, Refused, RunView, SampleMetric, SetMetric, open_run
 from sjdbench.eval.evaluators.scorefile import SCHEMA, protocol_hash, read_score, score_path, write_score
 from sjdbench.eval.evaluators.settings import EvalConfig
 from sjdbench.eval.metrics.bootstrap import bootstrap_ci, prompt_groups
@@ -67,7 +67,7 @@ def library_versions() -> dict:
 
     from sjdbench.run.machine import git_commit
 
-    out = {}
+    out: dict[str, str | None] = {}
     for package in ("torch", "numpy", "scipy", "torchmetrics", "torch-fidelity", "open_clip_torch", "pillow"):
         try:
             out[package] = version(package)
@@ -220,7 +220,7 @@ def _breakdown(evaluator, run: RunView, vectors: np.ndarray) -> dict:
         labels = [s.meta.get(field) for s in run.samples]
         if all(label is not None for label in labels) and labels:
             table = {}
-            for label in sorted(set(labels)):
+            for label in sorted({label for label in labels if label is not None}):  # all of them, as checked
                 rows = np.asarray([i for i, x in enumerate(labels) if x == label])
                 table[label] = {"value": evaluator.aggregate(vectors[rows]), "n": int(len(rows))}
             out[f"by_{field}"] = table
@@ -276,6 +276,7 @@ def _comparisons(
     )
 
     if evaluator.level == "sample":
+        assert isinstance(evaluator, SampleMetric)
         aggregate = evaluator.aggregate
         paired = None
         if ar is not None and not is_ar_run(run):
@@ -372,6 +373,7 @@ def score_run(run: RunView, name: str, config: EvalConfig) -> ScoreOutcome:
         "protocol_hash": digest,
     }
     if isinstance(evaluator, SetMetric):
+        assert reference is not None  # a set metric's reference was read above
         value, extra = evaluator.distance(vectors, reference.vectors)
         doc.update(
             value=float(value),

@@ -151,6 +151,8 @@ class ChameleonLM(nn.Module):
     over input vectors at rotary positions (B, L) through a cache and returns the final hidden
     states; `lm_head` is applied by the caller to the rows it needs."""
 
+    inv_freq: torch.Tensor  # buffer (head_dim / 2,) rotary frequencies
+
     def __init__(self, cfg: ChameleonLMConfig) -> None:
         super().__init__()
         self.cfg = cfg

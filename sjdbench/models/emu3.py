@@ -239,11 +239,11 @@ def build(options: Emu3Options, device: str) -> Emu3Adapter:
         vocabulary = config.vocabulary_map
         tokens = Emu3Tokens.from_vocabulary(vocabulary)
 
-        def encode(text: str) -> list[int]:
+        def encode_stand_in(text: str) -> list[int]:
             digits = hf_common.stand_in_ids(f"{side}*{side}", 1000, 9)
             return [tokens.bos, *hf_common.stand_in_ids(text, 2000, 140000), tokens.boi, *digits, tokens.wrapper]
 
-        return Emu3Adapter(model, encode, vocabulary, side, side, o.sampling(), o.compile, **prompts)
+        return Emu3Adapter(model, encode_stand_in, vocabulary, side, side, o.sampling(), o.compile, **prompts)
 
     root = emu3_weights_dir(o.path)
     model_class = transformers.Emu3ForConditionalGeneration

@@ -17,7 +17,7 @@ import importlib.metadata
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, TypeVar
 
 import torch
 
@@ -77,7 +77,10 @@ def building(device: str, dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def init_random(module: torch.nn.Module, std: float = 0.02) -> torch.nn.Module:
+ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)
+
+
+def init_random(module: ModuleT, std: float = 0.02) -> ModuleT:
     """The initialisation the released models were trained from (normal, std 0.02, for linear and
     embedding weights): activations of a deep random network stay finite, so random-weight runs
     exercise the same numerics as real ones."""
@@ -85,8 +88,9 @@ def init_random(module: torch.nn.Module, std: float = 0.02) -> torch.nn.Module:
         for sub in module.modules():
             if isinstance(sub, (torch.nn.Linear, torch.nn.Embedding)):
                 sub.weight.normal_(0.0, std)
-                if getattr(sub, "bias", None) is not None:
-                    sub.bias.zero_()
+                bias = getattr(sub, "bias", None)  # embeddings have none
+                if bias is not None:
+                    bias.zero_()
     return module
 
 
@@ -238,7 +242,7 @@ def load_pretrained(model_class: Any, root: Path, dtype: torch.dtype, device: st
     return loaded.to(device)
 
 
-def hf_modules_eval(model: torch.nn.Module) -> torch.nn.Module:
+def hf_modules_eval(model: ModuleT) -> ModuleT:
     model.eval()
     for parameter in model.parameters():
         parameter.requires_grad_(False)

@@ -184,10 +184,10 @@ def build(options: JanusOptions, device: str) -> JanusAdapter:
             )
         tokens = JanusTokens(bos=BOS_ID, boi=BOI_ID, pad=PAD_ID)
 
-        def encode(text: str) -> list[int]:
+        def encode_stand_in(text: str) -> list[int]:
             return [BOS_ID] + hf_common.stand_in_ids(f"<|User|>: {text}\n\n<|Assistant|>:", 1000, 90000) + [BOI_ID]
 
-        return JanusAdapter(model, encode, tokens, o.sampling(), o.compile)
+        return JanusAdapter(model, encode_stand_in, tokens, o.sampling(), o.compile)
 
     root = janus_weights_dir(o.path, o.size)
     model_class = transformers.JanusForConditionalGeneration

@@ -98,6 +98,8 @@ class CaptionMLP(nn.Module):
 
 
 class CaptionEmbedder(nn.Module):
+    uncond_embedding: torch.Tensor  # buffer (cls_token_num, caption_dim): the null caption
+
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.cap_proj = CaptionMLP(cfg)
@@ -149,6 +151,8 @@ class Block(nn.Module):
 
 
 class LlamaGenGPT(nn.Module):
+    rope: torch.Tensor  # buffer (positions, hd/2, 2): the 2-d rotary table
+
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.cfg = cfg

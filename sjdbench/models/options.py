@@ -18,7 +18,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, ContextManager, Iterable, Optional
+from typing import Any, Callable, ClassVar, ContextManager, Iterable, Optional, TypeVar
 
 # the shared options a run config may also spell at the top level of the model group
 # (`model.weights=random` is `model.options.weights=random`); config.ModelConfig declares them
@@ -74,6 +74,9 @@ def fold_top_level(options: dict[str, Any], top_level: dict[str, Any]) -> dict[s
     return folded
 
 
+OptionsT = TypeVar("OptionsT", bound="ModelOptions")
+
+
 @dataclass
 class ModelOptions:
     """What every model takes. Subclasses override the defaults with their model's own."""
@@ -93,7 +96,7 @@ class ModelOptions:
         return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
-    def from_dict(cls, options: dict[str, Any]) -> ModelOptions:
+    def from_dict(cls: type[OptionsT], options: dict[str, Any]) -> OptionsT:
         """Options from a run's `model.options`: unknown keys are refused (ValueError naming the valid
         ones), values are checked (`check`)."""
         unknown = sorted(set(options) - set(cls.keys()))

@@ -9,8 +9,10 @@ L2-normalised codebook, as LlamaGen's `decode_code` does.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +65,9 @@ class VQ16Config:
 
 
 class _Level(nn.Module):
+    downsample: nn.Module  # set by the Encoder on every level but the last
+    upsample: nn.Module  # set by the Decoder on every level but the first
+
     def __init__(self) -> None:
         super().__init__()
         self.res = nn.ModuleList()
@@ -96,7 +101,7 @@ class Encoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.conv_in(x)
-        for i, level in enumerate(self.conv_blocks):
+        for i, level in enumerate(cast(Iterable[_Level], self.conv_blocks)):
             for j, block in enumerate(level.res):
                 h = block(h)
                 if len(level.attn):
@@ -133,7 +138,7 @@ class Decoder(nn.Module):
         h = self.conv_in(z)
         for block in self.mid:
             h = block(h)
-        for i, level in enumerate(self.conv_blocks):
+        for i, level in enumerate(cast(Iterable[_Level], self.conv_blocks)):
             for j, block in enumerate(level.res):
                 h = block(h)
                 if len(level.attn):

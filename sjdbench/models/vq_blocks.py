@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import pickle
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -114,9 +115,10 @@ def load_exact(
     return unexpected
 
 
-def read_checkpoint(path: Path) -> dict[str, torch.Tensor]:
-    """A torch checkpoint's tensors. Release files are loaded as plain tensors first; only a file that
-    pickles other objects (a training checkpoint's bookkeeping) is read with full unpickling."""
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A torch checkpoint's tensors (at the top level, or under a key such as "state_dict"). Release
+    files are loaded as plain tensors first; only a file that pickles other objects (a training
+    checkpoint's bookkeeping) is read with full unpickling."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:

@@ -9,8 +9,10 @@ discriminator weights a training checkpoint may carry are skipped by name).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
@@ -71,6 +73,9 @@ class VQGANConfig:
 class _Level(nn.Module):
     """One resolution level: `block` resnets, `attn` blocks, and its resampler (named by the caller)."""
 
+    downsample: nn.Module  # set by the Encoder on every level but the last
+    upsample: nn.Module  # set by the Decoder on every level but the first
+
     def __init__(self) -> None:
         super().__init__()
         self.block = nn.ModuleList()
@@ -112,7 +117,7 @@ class Encoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.conv_in(x)
-        for i, level in enumerate(self.down):
+        for i, level in enumerate(cast(Iterable[_Level], self.down)):
             for j, block in enumerate(level.block):
                 h = block(h)
                 if len(level.attn):
@@ -149,7 +154,7 @@ class Decoder(nn.Module):
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         h = self.mid(self.conv_in(z))
         for i in reversed(range(len(self.up))):
-            level = self.up[i]
+            level = cast(_Level, self.up[i])
             for j, block in enumerate(level.block):
                 h = block(h)
                 if len(level.attn):

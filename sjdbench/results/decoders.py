@@ -36,7 +36,7 @@ def flatten_spec(spec: dict[str, Any] | None, prefix: str = "") -> dict[str, Any
 
 
 def is_ar(spec: dict[str, Any] | None) -> bool:
-    return bool(spec) and spec.get("window") == 1
+    return spec is not None and spec.get("window") == 1
 
 
 def is_greedy(spec: dict[str, Any] | None) -> bool:

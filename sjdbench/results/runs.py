@@ -416,6 +416,8 @@ class Scores:
 
 
 def read_scores(runs: pd.DataFrame) -> Scores:
+    records: list[dict]
+    stale: list[dict]
     records, stale, damaged = [], [], []
     for run in runs.to_dict("records"):
         folder = Path(run["run_dir"]) / "scores"
@@ -426,6 +428,7 @@ def read_scores(runs: pd.DataFrame) -> Scores:
                 damaged.append(f"{path} {problem}")
                 continue
             record = read_score(path, run["run_id"])
+            assert record is not None  # the file was checked to be a score file just above
             (records if is_current(record, run) else stale).append(record)
     current = pd.DataFrame.from_records(records, columns=SCORE_COLUMNS)
     fresh = {(r["run_id"], r["evaluator"]) for r in records}

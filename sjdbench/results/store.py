@@ -27,7 +27,7 @@ import logging
 import os
 import platform
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeGuard
 
 import numpy as np
 
@@ -279,11 +279,15 @@ def _flock(path: Path, blocking: bool) -> Iterator[bool]:
 USABLE = ("complete", "finished")  # the statuses of runs that are scored, reported and paired
 
 
-def holds_final_samples(summary: dict | None) -> bool:
+def holds_final_samples(summary: dict | None) -> TypeGuard[dict]:
     """Whether a run can be scored and reported: its whole prompt set is stored (`complete`), or every
     sample the command that last wrote it asked for (`finished`: a `data.limit` run). An interrupted
     run is neither until its command is re-run."""
-    return bool(summary) and bool(summary.get("n_samples")) and bool(summary.get("complete") or summary.get("finished"))
+    return (
+        summary is not None
+        and bool(summary.get("n_samples"))
+        and bool(summary.get("complete") or summary.get("finished"))
+    )
 
 
 def run_status(summary: dict | None, env: dict | None) -> str:

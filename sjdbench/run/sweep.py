@@ -31,7 +31,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, cast
 
 import yaml
 
@@ -44,7 +44,7 @@ from sjdbench.results.root import results_root
 from sjdbench.results.runs import speedups
 from sjdbench.results.store import RunLocked, RunStore, atomic_write_json, atomic_write_text
 from sjdbench.run.machine import apply_threads
-from sjdbench.run.runner import TIMING_MODES, Reporter, RunOutcome, execute_runs, load_adapter, write_summary
+from sjdbench.run.runner import TIMING_MODES, Reporter, Reporting, RunOutcome, execute_runs, load_adapter, write_summary
 
 log = logging.getLogger(__name__)
 EXECUTORS = ("local", "submitit", "ray")
@@ -132,7 +132,7 @@ def parse_words(words: list[str]) -> tuple[dict[str, list[str]], list[str]]:
     Later words win over a preset's settings for the same key.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import ValueType
+    from hydra.core.override_parser.types import Glob, ValueType
     from hydra.errors import HydraException
 
     grid: dict[str, list[str]] = {}
@@ -167,7 +167,7 @@ def parse_words(words: list[str]) -> tuple[dict[str, list[str]], list[str]]:
         fixed.pop(key, None)
         if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
             group = override.key_or_group
-            values = override.value().filter(group_choices(group))
+            values = cast(Glob, override.value()).filter(group_choices(group))  # a glob sweep's value is a Glob
             if not values:
                 raise UserError(f"{word} matches no {group}; choices: {', '.join(group_choices(group))}")
         elif override.value_type == ValueType.INTERVAL_SWEEP:
@@ -282,7 +282,7 @@ def _job_key(spec: RunSpec) -> str:
 
 
 def run_group(
-    specs: list[RunSpec], timing: str, adapters: dict, reporter: Optional[Reporter] = None
+    specs: list[RunSpec], timing: str, adapters: dict, reporter: Optional[Reporting] = None
 ) -> list[RunOutcome]:
     """Runs of one model: paired (interleaved prompt by prompt) or one after another. `adapters`
     caches loaded models by model key across groups; a failed run never stops the others."""
@@ -362,9 +362,10 @@ def _failed(job: list[GridPoint], error: BaseException | str, seconds: float = 0
 
 
 def run_local(
-    jobs: list[list[GridPoint]], tick: Tick, timing: str, reporter: Optional[Reporter] = None
+    jobs: list[list[GridPoint]], tick: Tick, timing: str, reporter: Optional[Reporting] = None
 ) -> list[PointResult]:
     """Jobs in this process, one model loaded at a time; a failure never stops the rest."""
+    adapters: dict  # loaded adapters, reused by the jobs of the same model (run_group)
     results, adapters = [], {}
     for job in jobs:
         start = time.perf_counter()
@@ -526,7 +527,7 @@ def execute_sweep(
     cluster: Optional[str] = None,
     slurm: dict | None = None,
     timing: Optional[str] = None,
-    reporter: Optional[Reporter] = None,
+    reporter: Optional[Reporting] = None,
 ) -> list[PointResult]:
     """Run every point not already done; record outcomes in the sweep folder's status.json and the
     latency comparisons in latency.json. `reporter` hears the progress of local runs."""

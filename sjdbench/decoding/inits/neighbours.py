@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from sjdbench.adapter import SegmentLayout
-from sjdbench.decoding.parts import Init, InitContext
+from sjdbench.decoding.parts import Init, InitContext, NoKnobs
 
 
 def neighbour_tables(layout: SegmentLayout) -> tuple[np.ndarray, np.ndarray]:
@@ -55,7 +55,7 @@ class Guesses:
     argmax: torch.Tensor
 
 
-class SpatialInit(Init):
+class SpatialInit(Init[NoKnobs]):
     """Base of the inits that copy a grid neighbour: they keep `Guesses`."""
 
     table = "left"  # which neighbour: left | above

@@ -6,10 +6,10 @@ import numpy as np
 import torch
 
 from sjdbench.decoding.inits.neighbours import uniform_drafts, with_forced
-from sjdbench.decoding.parts import Init, InitContext
+from sjdbench.decoding.parts import Init, InitContext, NoKnobs
 
 
-class RandomInit(Init):
+class RandomInit(Init[NoKnobs]):
     @classmethod
     def lossless(cls, config, **children: bool) -> bool:
         """A fresh draft carries the distribution it was drawn from as its reference (one-hot): the exact
@@ -21,5 +21,5 @@ class RandomInit(Init):
 
     def fill(
         self, state: InitContext, sample: int, positions: np.ndarray, generator: torch.Generator
-    ) -> tuple[torch.Tensor, None]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         return with_forced(positions, uniform_drafts(len(positions), state.legal, generator), state.forced), None

@@ -52,9 +52,8 @@ class CoupledConfig(PartConfig):
             raise UserError(f"reference '{self.reference}' is unknown; choose one of: {', '.join(REFERENCES)}")
 
 
-class CoupledProposal(Proposal):
+class CoupledProposal(Proposal[CoupledConfig]):
     Config = CoupledConfig
-    config: CoupledConfig
 
     @classmethod
     def lossless(cls, config: CoupledConfig, **children: bool) -> bool:

@@ -12,7 +12,7 @@ from sjdbench.decoding.parts import Carried, NoKnobs, Proposal, ProposalContext
 from sjdbench.decoding.processing import sample
 
 
-class ResampleProposal(Proposal):
+class ResampleProposal(Proposal[NoKnobs]):
     @classmethod
     def lossless(cls, config: NoKnobs, **children: bool) -> bool:
         """Each draft is drawn from p and stored with q = p: the exact test stays exact."""

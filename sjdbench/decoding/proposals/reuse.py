@@ -29,9 +29,8 @@ class ReuseConfig(PartConfig):
             raise UserError(f"threshold must be in [0, 1], got {self.threshold}")
 
 
-class ReuseProposal(Proposal):
+class ReuseProposal(Proposal[ReuseConfig]):
     Config = ReuseConfig
-    config: ReuseConfig
 
     @classmethod
     def lossless(cls, config: ReuseConfig, **children: bool) -> bool:

@@ -106,9 +106,8 @@ def fuse(p: torch.Tensor, pbar: torch.Tensor, growth: torch.Tensor, config: VPCo
     return log_post.softmax(-1)
 
 
-class VPProposal(Proposal):
+class VPProposal(Proposal[VPConfig]):
     Config = VPConfig
-    config: VPConfig
 
     @classmethod
     def lossless(cls, config: VPConfig, inner: bool = True, **children: bool) -> bool:

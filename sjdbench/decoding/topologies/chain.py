@@ -17,7 +17,7 @@ import torch
 from sjdbench.decoding.parts import NoKnobs, SampleView, TestRows, Topology, Verdict, Verifier, Window
 
 
-class ChainTopology(Topology):
+class ChainTopology(Topology[NoKnobs]):
     Config = NoKnobs
 
     @classmethod

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sjdbench.decoding.parts import TestRows, Topology, Verdict, Verifier, Window
+from sjdbench.decoding.parts import ConfigT, TestRows, Topology, Verdict, Verifier, Window
 
 SELECT = ("first", "longest")
 
@@ -72,7 +72,7 @@ def ancestor_mask(parent: np.ndarray, hidden_roots: np.ndarray | None = None) ->
     return mask
 
 
-class ForestTopology(Topology):
+class ForestTopology(Topology[ConfigT]):
     """Verification of any forest of drafts (trees of siblings, several rows' chains)."""
 
     def test_rows(self, window: Window, p: torch.Tensor, verifier: Verifier) -> TestRows:
@@ -95,6 +95,7 @@ class ForestTopology(Topology):
             residual = verifier.replacement(before, refs, nodes.tokens[elder])  # (n, V)
             later_t = torch.as_tensor(later, device=p.device)
             if longest:  # the released reading: no mass left, so every later sibling fails
+                assert fails is not None  # made above when longest
                 empty = exhausted[owners] | ((before - refs).clamp_min(0).sum(-1) <= 0)
                 exhausted = exhausted.index_copy(0, owners, empty)
                 fails = fails.index_copy(0, later_t, empty)
@@ -108,6 +109,7 @@ class ForestTopology(Topology):
         kids = children_of(window)
         node_of = window.node_of
         best = self._longest_below(window, passed, kids, node_of) if self.select == "longest" else None
+        tested: list[int]  # the children _choose tested, in walk order
         accepted, tested, emit_slots, realized, sources, carried = [], [], [], [], [], []
         bases, rejected = [], []
         for root in np.flatnonzero(window.parent < 0).tolist():

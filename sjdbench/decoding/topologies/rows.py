@@ -80,7 +80,7 @@ class Bands:
         return Bands(start, end, anchor, anchor_forced, cells)
 
 
-class RowsTopology(ForestTopology):
+class RowsTopology(ForestTopology[RowsConfig]):
     Config = RowsConfig
 
     @classmethod
@@ -122,6 +122,7 @@ class RowsTopology(ForestTopology):
         complete = [f == e for f, e in zip(frontier, bands.end)]
         leading = next(r for r in range(H) if not complete[r])
 
+        chains: list[tuple[int, torch.Tensor, bool, list[int], bool]]
         chains, budget = [], window  # (root position, root token, commit root, drafts' positions, emits)
         decided_now: list[int] = []
         in_flight = 0  # rows with a chain that predicts (not counting roots that only enter the cache)
@@ -165,6 +166,7 @@ class RowsTopology(ForestTopology):
 
         wanted = np.array(sorted(p for *_, positions, _ in chains for p in positions), dtype=np.int64)
         drafts, filled = sample.drafts(wanted)  # one init call for every row's new drafts
+        parent: list[int]
         parent, positions, slot_tokens, node_positions = [], [], [], []
         commit_root, emits, hidden, shared, depth = [], [], [], [], []
         for root, token, commit, chain, emitting in chains:

@@ -88,13 +88,18 @@ def tree_shape(widths: tuple[int, ...], main_len: int) -> Shape:
         next_level = []
         for par in level:
             for k in range(k_d):
-                parent.append(par), sibling.append(k), depth.append(d)
+                parent.append(par)
+                sibling.append(k)
+                depth.append(d)
                 entry.append(d - 1 if k == 0 else main_len - 1 + extra_at[(d, k)])
                 next_level.append(len(parent) - 1)
         level = next_level
     last = level[0]  # the first-child path's slot at the tree's deepest level
     for d in range(len(widths) + 1, main_len):
-        parent.append(last), sibling.append(0), depth.append(d), entry.append(d - 1)
+        parent.append(last)
+        sibling.append(0)
+        depth.append(d)
+        entry.append(d - 1)
         last = len(parent) - 1
     parent_ = np.array(parent, dtype=np.int64)
     chain = all(k == 1 for k in widths)
@@ -104,7 +109,7 @@ def tree_shape(widths: tuple[int, ...], main_len: int) -> Shape:
     )
 
 
-class TreeTopology(ForestTopology):
+class TreeTopology(ForestTopology[TreeConfig]):
     Config = TreeConfig
 
     @classmethod

@@ -11,7 +11,7 @@ from sjdbench.decoding.parts import NoKnobs, Verifier
 from sjdbench.decoding.processing import residual
 
 
-class ExactVerifier(Verifier):
+class ExactVerifier(Verifier[NoKnobs]):
     @classmethod
     def lossless(cls, config: NoKnobs, **children: bool) -> bool:
         """Modified rejection sampling: accepted or residual, the token is distributed as p."""

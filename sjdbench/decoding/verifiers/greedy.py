@@ -11,7 +11,7 @@ from sjdbench.decoding.parts import NoKnobs, Verifier
 from sjdbench.decoding.processing import one_hot
 
 
-class GreedyVerifier(Verifier):
+class GreedyVerifier(Verifier[NoKnobs]):
     greedy = True
 
     @classmethod

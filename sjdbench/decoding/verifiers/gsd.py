@@ -85,9 +85,8 @@ class Groups:
     plain: torch.Tensor  # (L,) bool: no group; the plain min(1, p/q) test decides
 
 
-class GSDVerifier(Verifier):
+class GSDVerifier(Verifier[GSDConfig]):
     Config = GSDConfig
-    config: GSDConfig
 
     @classmethod
     def lossless(cls, config: GSDConfig, **children: bool) -> bool:

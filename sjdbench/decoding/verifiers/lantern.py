@@ -133,9 +133,8 @@ def neighbour_table(codebook: torch.Tensor, k: int, cache_dir: Path | None = Non
     return table
 
 
-class LanternVerifier(Verifier):
+class LanternVerifier(Verifier[LanternConfig]):
     Config = LanternConfig
-    config: LanternConfig
 
     @classmethod
     def lossless(cls, config: LanternConfig, **children: bool) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, cast
 
 import numpy as np
 
@@ -85,22 +85,24 @@ def open_run(run_dir: Path) -> RunView:
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").exists():
         raise UserError(f"{run_dir} is not a run directory (no config.yaml)")
-    summary, env = read_json(run_dir / "summary.json"), read_json(run_dir / "env.json")
+    summary_read, env_read = read_json(run_dir / "summary.json"), read_json(run_dir / "env.json")
     config_read = read_yaml(run_dir / "config.yaml")
-    for name, read in (("summary.json", summary), ("env.json", env), ("config.yaml", config_read)):
+    for name, read in (("summary.json", summary_read), ("env.json", env_read), ("config.yaml", config_read)):
         if read.problem:
             raise UserError(f"run {run_dir.name}: {name} {read.problem}; re-run its command to rewrite it")
-    if not holds_final_samples(summary.doc):
+    summary = summary_read.doc
+    if summary is None or not holds_final_samples(summary):
         raise UserError(f"run {run_dir.name} is not finished; re-run its command to finish it")
     try:
-        config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), config_read.doc))
+        merged = OmegaConf.merge(OmegaConf.structured(RunConfig), config_read.doc)
+        config = cast(RunConfig, OmegaConf.to_object(merged))  # a structured RunConfig converts to a RunConfig
     except OmegaConfBaseException as error:
         first = str(error).splitlines()[0]
         raise UserError(
             f"run {run_dir.name}: its config.yaml does not fit this sjdbench's config ({first}); re-run its command "
             "with this sjdbench to rewrite it"
         ) from None
-    summary, env = summary.doc, env.doc or {}
+    env = env_read.doc or {}
     prompts, sha = load_prompts(dataclasses.replace(config.data, limit=None, shard=None))  # the whole set
     if env.get("prompts_sha") and env["prompts_sha"] != sha:
         raise UserError(
@@ -125,7 +127,7 @@ class Evaluator:
     """Base of every evaluator; subclasses set the class attributes and implement measure()."""
 
     name: ClassVar[str]
-    metric: ClassVar[str]
+    metric: str  # set on the class, or per instance where it names a setting (CLIP's model)
     lower_is_better: ClassVar[bool] = False
     level: ClassVar[str] = "sample"  # "sample" | "set"
     cache_kind: ClassVar[str]  # per-sample vectors shared by evaluators with the same measurement
@@ -156,20 +158,21 @@ class Evaluator:
                 f"{self.name} needs the run's images, and sample {unsaved[0].key} has none "
                 "(runs with save_images=false cannot be scored)"
             )
-        missing = [s for s in samples if not s.image.exists()]
+        paths = [s.image for s in samples if s.image is not None]  # every sample's, as none is unsaved
+        missing = [path for path in paths if not path.exists()]
         if missing:
             raise Refused(
-                f"{self.name} needs the run's images, and {missing[0].image} is missing ({len(missing)} of "
+                f"{self.name} needs the run's images, and {missing[0]} is missing ({len(missing)} of "
                 f"{len(samples)} deleted?); decode the run again (move its folder out of the store and re-run "
                 "its command) to score it"
             )
         images = []
-        for sample in samples:
+        for path in paths:
             try:
-                images.append(load_image(sample.image))
+                images.append(load_image(path))
             except (OSError, ValueError) as error:  # PIL: not an image, truncated
                 raise Refused(
-                    f"{self.name} cannot read {sample.image} ({type(error).__name__}: damaged?); decode the run "
+                    f"{self.name} cannot read {path} ({type(error).__name__}: damaged?); decode the run "
                     "again (move its folder out of the store and re-run its command) to score it"
                 ) from None
         return images

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from sjdbench.paths import cache_dir
 
@@ -70,6 +71,6 @@ def env_flag_offline() -> None:
     import sys
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    constants = sys.modules.get("huggingface_hub.constants")
+    constants: Any = sys.modules.get("huggingface_hub.constants")  # a module, its constants unknown to typeshed
     if constants is not None and os.environ["HF_HUB_OFFLINE"] not in ("0", "false", "False"):
         constants.HF_HUB_OFFLINE = True

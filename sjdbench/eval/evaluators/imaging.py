@@ -47,7 +47,7 @@ def pil_resize(image: np.ndarray, size: int, method: str, per_channel_float: boo
     """PIL resize of an (H, W, 3) uint8 image; per_channel_float resizes each channel in float ('F')."""
     from PIL import Image
 
-    resample = {"lanczos": Image.LANCZOS, "bicubic": Image.BICUBIC}[method]
+    resample = {"lanczos": Image.Resampling.LANCZOS, "bicubic": Image.Resampling.BICUBIC}[method]
     if not per_channel_float:
         return np.asarray(Image.fromarray(image).resize((size, size), resample=resample))
     channels = [

@@ -19,7 +19,7 @@ import functools
 import importlib
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from sjdbench.eval.evaluators.base import Reference, Refused, Sample, SetMetric,
 from sjdbench.eval.evaluators.clip_score import eval_device
 from sjdbench.eval.evaluators.hashing import file_sha256, files_sha256, image_files
 from sjdbench.eval.evaluators.imaging import DESCRIPTIONS, for_inception
+
+if TYPE_CHECKING:
+    import torch
 
 INCEPTION_FILE = "weights-inception-2015-12-05-6726825d.pth"
 INCEPTION_URL = f"https://github.com/toshas/torch-fidelity/releases/download/v0.2.0/{INCEPTION_FILE}"
@@ -82,19 +85,17 @@ def load_extractor(feature: str, weights: str | None, antialias: bool, device: s
     return module.to(device).eval(), dim, f"custom feature module {feature}"
 
 
-class _Precomputed:
+def _precomputed(dim: int) -> torch.nn.Module:
     """An identity feature module: torchmetrics receives the cached features as its 'images'."""
+    import torch
 
-    def __new__(cls, dim: int):
-        import torch
+    class Identity(torch.nn.Module):
+        num_features = dim
 
-        class Identity(torch.nn.Module):
-            num_features = dim
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x
 
-            def forward(self, x: torch.Tensor) -> torch.Tensor:
-                return x
-
-        return Identity()
+    return Identity()
 
 
 class InceptionMetric(SetMetric):
@@ -175,7 +176,7 @@ class InceptionMetric(SetMetric):
         if not folder.is_dir():
             raise UserError(f"reference image folder {folder} does not exist (data.images / eval.inception.reference)")
         names = [s.meta.get("file_name") for s in self.run.samples]
-        paired = [folder / n for n in dict.fromkeys(names)] if all(names) else []
+        paired = [folder / n for n in dict.fromkeys(names) if n] if all(names) else []
         if paired and all(p.is_file() for p in paired):
             return paired, "the reference image of each scored prompt (by COCO file name)", folder
         files = image_files(folder)
@@ -207,7 +208,7 @@ class Fid(InceptionMetric):
         import torch
         from torchmetrics.image.fid import FrechetInceptionDistance
 
-        metric = FrechetInceptionDistance(feature=_Precomputed(vectors.shape[1]))
+        metric = FrechetInceptionDistance(feature=_precomputed(vectors.shape[1]))
         metric.update(torch.from_numpy(np.asarray(other, dtype=np.float64)), real=True)
         metric.update(torch.from_numpy(np.asarray(vectors, dtype=np.float64)), real=False)
         return float(metric.compute()), {}
@@ -252,7 +253,7 @@ class Kid(InceptionMetric):
         with warnings.catch_warnings():  # "KID keeps all features in memory": they are already in memory
             warnings.simplefilter("ignore", UserWarning)
             metric = KernelInceptionDistance(
-                feature=_Precomputed(vectors.shape[1]),
+                feature=_precomputed(vectors.shape[1]),
                 subsets=subsets,
                 subset_size=size,
                 degree=self.settings.kid.degree,

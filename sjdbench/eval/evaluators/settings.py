@@ -7,7 +7,7 @@ Nothing here changes a run: scores are written beside runs, keyed by the hash of
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, cast
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -87,9 +87,10 @@ def compose_eval(overrides: list[str]) -> EvalConfig:
     except UserError as error:
         raise UserError(str(error).replace("sjdbench run --show-config", "sjdbench eval --show-config")) from None
     try:
-        plain = OmegaConf.create(OmegaConf.to_container(raw, resolve=True)).get("eval") or {}
+        container = cast(dict, OmegaConf.to_container(raw, resolve=True))  # a composed config is a mapping
+        plain = OmegaConf.create(container).get("eval") or {}
         merged = OmegaConf.merge(OmegaConf.structured(EvalConfig), plain)
-        config: EvalConfig = OmegaConf.to_object(merged)
+        config = cast(EvalConfig, OmegaConf.to_object(merged))  # a structured EvalConfig converts to one
     except OmegaConfBaseException as error:
         key = getattr(error, "full_key", None)
         message = str(error).splitlines()[0]
@@ -127,9 +128,9 @@ def validate(config: EvalConfig) -> None:
         "eval.kid.degree": (config.kid.degree, 1),
         "eval.kid.bootstrap_subsets": (config.kid.bootstrap_subsets, 1),
     }
-    for key, (value, least) in counts.items():
-        if value < least:
-            raise UserError(f"{key} must be >= {least}, got {value}")
+    for key, (count, least) in counts.items():
+        if count < least:
+            raise UserError(f"{key} must be >= {least}, got {count}")
     if config.floor_seed_offset == 0:
         raise UserError(
             "eval.floor_seed_offset=0 compares the AR run with itself (a noise floor of 0); use another seed "

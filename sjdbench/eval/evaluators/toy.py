@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -170,7 +171,8 @@ def object_counts(image: np.ndarray, caption: str) -> np.ndarray:
             obj.shape in shapes_drawn,
             mine.present and mine.shape == obj.shape,
             obj.cell is not None,
-            obj.cell is not None and mine.present and _nearest_cell(mine.centre) == obj.cell,
+            # a present object's centre is its best template's (the finder sets both together)
+            obj.cell is not None and mine.present and _nearest_cell(cast(tuple[float, float], mine.centre)) == obj.cell,
         ]
     return counts
 

@@ -107,9 +107,8 @@ def relational_cells(parsed: ParsedCaption) -> tuple[list[tuple[tuple[int, int],
     options = [c for c in itertools.product(range(3), range(3)) if c not in taken]
     assignments, weights = [], []
     for chosen in itertools.permutations(options, len(free)):
-        cells = [o.cell for o in parsed.objects]
-        for i, cell in zip(free, chosen):
-            cells[i] = cell
+        placed = dict(zip(free, chosen))
+        cells = [o.cell if o.cell is not None else placed[i] for i, o in enumerate(parsed.objects)]
         weight = 1.0
         for i, obj in enumerate(parsed.objects[1:], start=1):
             aligned = world._relation(cells[i - 1], cells[i]) is not None

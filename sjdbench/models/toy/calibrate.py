@@ -216,7 +216,7 @@ def fd_calibration(clip, sets: dict[str, np.ndarray], n_reference: int = 1024) -
 
     reference, _ = render_batch(FD_REFERENCE_SEED, 0, n_reference)
     ref_features = clip.image_features(reference)
-    out = {"n_reference": n_reference}
+    out: dict[str, float] = {"n_reference": n_reference}
     for name, images in sets.items():
         out[name] = frechet_distance(clip.image_features(images), ref_features)
     return out

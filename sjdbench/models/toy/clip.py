@@ -15,6 +15,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -279,7 +280,7 @@ def train_toy_clip(
     shuffled = clip.clip_score(val_images, list(np.roll(val_caps, 1))).mean()
     swaps = {a: attribute_accuracy(clip, val_images, val_scenes, a) for a in ("shape", "colour")}
     save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(out_dir / CLIP_FILE))
-    meta = {
+    meta: dict[str, Any] = {
         "model": MODEL_CONFIG,
         "vocab": vocab,
         "normalisation": {"mean": MEAN.tolist(), "std": STD.tolist()},

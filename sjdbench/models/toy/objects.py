@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import cast
 
 import numpy as np
 from scipy import ndimage
@@ -77,7 +78,7 @@ def find_object(image: np.ndarray, colour: str) -> Found:
         return Found(False, None, None, 0.0, None)
     region = labels == best_label
     cy, cx = (int(round(float(v) + 0.5)) for v in ndimage.center_of_mass(region))
-    best = (0.0, None, None, None)
+    best: tuple[float, str | None, str | None, tuple[float, float] | None] = (0.0, None, None, None)
     for ty in range(max(cy - SEARCH_PX, 0), min(cy + SEARCH_PX, SIZE) + 1):
         for tx in range(max(cx - SEARCH_PX, 0), min(cx + SEARCH_PX, SIZE) + 1):
             for (shape, size), canvas in _padded_templates().items():
@@ -85,8 +86,8 @@ def find_object(image: np.ndarray, colour: str) -> Found:
                 iou = np.count_nonzero(m & region) / np.count_nonzero(m | region)
                 if iou > best[0]:
                     best = (iou, shape, size, (float(ty), float(tx)))
-    iou, shape, size, centre = best
-    return Found(True, shape, size, float(iou), centre)
+    best_iou, best_shape, best_size, best_centre = best
+    return Found(True, best_shape, best_size, float(best_iou), best_centre)
 
 
 def _cell_of(centre: tuple[float, float]) -> tuple[int, int]:
@@ -113,7 +114,8 @@ def object_report(images: np.ndarray, scenes: list[Scene]) -> dict:
             size_ok += found.shape == obj.shape and found.size == obj.size
             if obj.relation is None:
                 n_abs += 1
-                cell_ok += found.present and _cell_of(found.centre) == obj.cell
+                # a present object's centre is its best template's (the finder sets both together)
+                cell_ok += found.present and _cell_of(cast(tuple[float, float], found.centre)) == obj.cell
     return {
         "objects": n_obj,
         "present": present / n_obj,

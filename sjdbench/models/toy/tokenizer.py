@@ -57,7 +57,7 @@ def fit_kmeans(x: torch.Tensor, k: int, iters: int, seed: int) -> torch.Tensor:
     centroids = [sub[torch.randint(len(sub), (1,), generator=g)].squeeze(0)]
     d2 = ((sub - centroids[0]) ** 2).sum(1)
     for _ in range(1, k):
-        j = torch.multinomial(d2 + 1e-12, 1, generator=g).item()
+        j = int(torch.multinomial(d2 + 1e-12, 1, generator=g).item())
         centroids.append(sub[j])
         d2 = torch.minimum(d2, ((sub - sub[j]) ** 2).sum(1))
     c = torch.stack(centroids)

@@ -367,6 +367,7 @@ def train_toy(
             last_loss = loss.item()
             window.append(last_loss)
             if cfg.steps is None and step >= 8:  # time budget -> step count, fixed once
+                assert cfg.minutes is not None  # a run without a step count has a time budget
                 cfg.steps = max(step + 1, int(cfg.minutes * 60 / (elapsed / step)))
                 progress.update(task, total=cfg.steps)
                 log(f"time budget {cfg.minutes} min -> {cfg.steps} steps")

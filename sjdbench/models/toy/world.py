@@ -11,7 +11,7 @@ numpy Generator, so `dataset(seed, n)` is reproducible.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -286,7 +286,8 @@ def attribute_alternatives(scene: Scene, k: int, attribute: str) -> list[str]:
 def with_attribute(scene: Scene, k: int, attribute: str, value: str) -> Scene:
     """A copy of the scene whose object k has another shape or colour (for captions, not rendering)."""
     objects = list(scene.objects)
-    objects[k] = replace(objects[k], **{attribute: value})
+    changes: dict[str, Any] = {attribute: value}
+    objects[k] = replace(objects[k], **changes)
     return Scene(objects, scene.background)
 
 
