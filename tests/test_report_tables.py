@@ -460,3 +460,14 @@ def test_main_and_ablation_tex_compile(built, tmp_path):
         timeout=120,
     )
     assert result.returncode == 0, result.stdout[-2000:]
+
+
+def test_a_greedy_verifier_reads_greedy_in_the_lossless_column():
+    """Greedy Jacobi equals greedy AR token for token, not the sampled AR it is usually shown against,
+    so its column says `greedy`, not `yes`."""
+    from sjdbench.report.tables import _labelled
+
+    presets = ["ar", "jacobi", "sjd", "lantern"]
+    specs = [decoder_spec(compose_run([f"decoder={name}"])) for name in presets]
+    frame = pd.DataFrame({"decoder_spec": [s.identity() for s in specs], "lossless": [s.lossless() for s in specs]})
+    assert list(_labelled(frame, {"lossless": "lossless"})["lossless"]) == ["yes", "greedy", "yes", "no"]

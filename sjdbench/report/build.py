@@ -51,7 +51,9 @@ from sjdbench.results.store import (
 LOSSLESS_NOTE = (
     "lossless: every part of the decoder claims to keep AR's distribution with the knobs it was given "
     "(exact or greedy verifier; resample, exact coupling or VP with its fused reference; any init; a chain "
-    "or a first-sibling tree), each claim tested against exact AR probabilities in tests/test_exactness.py"
+    "or a first-sibling tree), each claim tested against exact AR probabilities in tests/test_exactness.py; "
+    "greedy: equals greedy AR (sampling.temperature=0) token for token, so against a sampled AR it differs "
+    "as greedy decoding does"
 )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sjdbench.results.decoders import setting_name
+from sjdbench.results.decoders import is_ar, is_greedy, setting_name
 from sjdbench.results.pairing import NO_SPEEDUP, find_baseline, speedup
 
 
@@ -189,7 +189,11 @@ def _labelled(frame: pd.DataFrame, label_columns: dict[str, str]) -> pd.DataFram
     out = frame.copy()
     for column, header in label_columns.items():
         if column == "lossless":
-            out[header] = np.where(frame["lossless"].astype(bool), "yes", "no")
+            # a greedy verifier's claim is equality with greedy AR, not with the sampled baseline beside it
+            specs = frame["decoder_spec"] if "decoder_spec" in frame else pd.Series(None, index=frame.index)
+            greedy = specs.map(lambda spec: is_greedy(spec) and not is_ar(spec)).astype(bool)
+            lossless = frame["lossless"].astype(bool)
+            out[header] = np.where(lossless & greedy, "greedy", np.where(lossless, "yes", "no"))
         else:
             out[header] = frame[column].map(_setting_text)
     return out
