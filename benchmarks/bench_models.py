@@ -4,11 +4,14 @@ commit) and a W-slot window forward, as ratios to the AR step, plus parameters a
     python benchmarks/bench_models.py --device cuda                      # full architectures, random weights
     python benchmarks/bench_models.py --device cuda --compile            # the torch.compile'd window forward
     python benchmarks/bench_models.py --models janus --size tiny         # CPU smoke run of the script
+    python benchmarks/bench_models.py --models toy --device cpu [--compile]   # the toy, eager or compiled
 
 Weights are random (`weights=random`): no download, and the cost of a forward does not depend on the
-values. `window / AR` is the number of AR steps one W-slot Jacobi iteration costs; a decoder's real
-speedup is its step compression divided by that ratio (minus the loop's own overhead). Timings are
-medians of interleaved repeats after an untimed warm-up; the device is synchronised around each.
+values (the toy loads its shipped weights). `warmup_s` is the untimed warm-up, which holds the
+compilation with `--compile`. `window / AR` is the number of AR steps one W-slot Jacobi iteration
+costs; a decoder's real speedup is its step compression divided by that ratio (minus the loop's own
+overhead). Timings are medians of interleaved repeats after an untimed warm-up; the device is
+synchronised around each.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 from sjdbench.models.registry import spec
 
 FULL_SIZE = {"lumina": "7B", "llamagen": "XL", "janus": "7B", "emu3": "8B"}
+MODELS = ["toy", *FULL_SIZE]
 
 
 def synchronize(device: str) -> None:
@@ -48,7 +52,9 @@ def count_parameters(adapter) -> int:
 
 
 def measure(model: str, args) -> dict:
-    options = dict(weights="random", size=args.size or FULL_SIZE[model], compile=args.compile)
+    options: dict = {"compile": args.compile}
+    if model in FULL_SIZE:
+        options.update(weights="random", size=args.size or FULL_SIZE[model])
     if args.resolution:
         options["resolution"] = args.resolution
     if args.device.startswith("cuda"):
@@ -70,19 +76,23 @@ def measure(model: str, args) -> dict:
         adapter.forward(cache, tokens[None], positions, None, W)
         adapter.commit(cache, positions[:, :1])
 
+    start = time.perf_counter()
     for _ in range(2):  # warm-up (and compilation)
         ar_step(), window_step()
+    synchronize(args.device)
+    warmup = time.perf_counter() - start
     ar, window = [], []
     for _ in range(args.repeats):  # interleaved, so drift hits both alike
         ar.append(timed(args.device, ar_step))
         window.append(timed(args.device, window_step))
     row = {
         "model": model,
-        "size": options["size"],
+        "size": options.get("size", "-"),
         "params_M": parameters / 1e6,
         "prompt": prompt.length,
         "segment": adapter.layout.n_positions,
         "prefill_ms": 1e3 * prefill,
+        "warmup_s": warmup,
         "ar_step_ms": 1e3 * statistics.median(ar),
         "window_ms": 1e3 * statistics.median(window),
     }
@@ -94,7 +104,7 @@ def measure(model: str, args) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=list(FULL_SIZE), choices=list(FULL_SIZE))
+    parser.add_argument("--models", nargs="+", default=list(FULL_SIZE), choices=MODELS)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--size", default=None, help="architecture size for every model (default: the released one)")
     parser.add_argument("--resolution", type=int, default=None)

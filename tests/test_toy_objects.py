@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from sjdbench.models.toy import world
-from sjdbench.models.toy.objects import colour_mask, find_object, object_report
+from sjdbench.models.toy.objects import COLOURS, colour_mask, find_object, object_report
 
 PLAIN = {"contrast": 0.3, "theta": 0.5, "curve": 1.0, "shade_k": [0.3, 0.2], "shade_phase": 0.0}
 
@@ -74,3 +74,14 @@ def test_toy_fd_ranks_renders_round_trips_and_noise():
     assert fd["n_reference"] == 256
     assert fd["renders"] < fd["noise"] and fd["roundtrip"] < fd["noise"]
     assert fd["renders"] <= fd["roundtrip"] * 1.05
+
+
+def test_a_region_no_template_overlaps_is_present_with_its_centroid_as_centre():
+    """A thin frame along the image border: red is there, no shape matches it, and the cell check
+    still has a centre to read (it raised a TypeError on None before)."""
+    image = np.zeros((64, 64, 3), np.uint8)
+    red = (np.array(COLOURS["red"]) * 255).astype(np.uint8)
+    image[0, :] = image[-1, :] = image[:, 0] = image[:, -1] = red
+    found = find_object(image, "red")
+    assert found.present and found.shape is None and found.iou == 0.0
+    assert found.centre == (32.0, 32.0)

@@ -1,4 +1,7 @@
-"""`reuse` — PJD's draft reuse after a rejection (arXiv 2606.05703, read from its released code). Lossy.
+"""`reuse` — PJD's draft reuse after a rejection (arXiv 2606.05703, as its paper describes it). Lossy.
+
+PJD's released code was not available to compare against; docs/READINGS.md (PJD) says what was
+checked instead.
 
 Past the commit point a carried draft is kept, together with its old reference q, when
 min(1, p(d)/q(d)) > threshold; otherwise the slot draws a new draft from p and its reference becomes

@@ -87,7 +87,9 @@ def find_object(image: np.ndarray, colour: str) -> Found:
                 if iou > best[0]:
                     best = (iou, shape, size, (float(ty), float(tx)))
     best_iou, best_shape, best_size, best_centre = best
-    return Found(True, best_shape, best_size, float(best_iou), best_centre)
+    # a region that no template overlaps anywhere near its centroid (a thin ring, say) still has a place
+    centre = best_centre if best_centre is not None else (float(cy), float(cx))
+    return Found(True, best_shape, best_size, float(best_iou), centre)
 
 
 def _cell_of(centre: tuple[float, float]) -> tuple[int, int]:
