@@ -9,7 +9,8 @@ In float32 a batched forward's logits differ from the unbatched ones in the last
 blocked by the number of rows), so a decision whose two sides are that close can go either way. Every
 decision the loop makes with a uniform u is recorded per sample, in order, with its margin: for an
 acceptance test (the exact verifier) |p(d) - u q(d)|, for a draw from a distribution the distance of
-u * total to the nearest CDF boundary. Up to the first differing decision both decodes drew the same
+u * total to the nearest CDF boundary, and for PJD's keep test, which needs no uniform,
+|p(d) - threshold q(d)|. Up to the first differing decision both decodes drew the same
 numbers, so the decision lists align; the first difference is a numerical tie when its margin is of
 the order of the logits' float32 noise (about 1e-6 here) in both decodes. float64 batched decodes equal
 the unbatched ones token for token (tests/test_batching.py), which this run also counts.
@@ -29,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a sourc
 import sjdbench.decoding.loop as loop  # noqa: E402
 import sjdbench.decoding.proposals.coupled as coupled  # noqa: E402
 import sjdbench.decoding.proposals.resample as resample  # noqa: E402
+import sjdbench.decoding.proposals.reuse as reuse  # noqa: E402
 import sjdbench.decoding.topologies.tree as tree  # noqa: E402
 from sjdbench.config import (
     build_preset,  # noqa: E402
@@ -85,10 +87,27 @@ def sample(probs: torch.Tensor, draws: Draws) -> torch.Tensor:
     return drawn
 
 
+_propose_reuse = reuse.ReuseProposal.propose
+
+
+def propose_reuse(self, p, carried, ctx):
+    """PJD's keep test, min(1, p/q) > threshold, is a decision without a uniform: recorded too, with
+    its margin |p(d) - threshold q(d)|, before the draws the proposal makes."""
+    p_d = p.gather(-1, carried.drafts[:, None]).squeeze(-1).double()
+    q_d = carried.refs.gather(-1, carried.drafts[:, None]).squeeze(-1).double()
+    margins = (p_d - self.config.threshold * q_d).abs().tolist()
+    keep = ((p_d > self.config.threshold * q_d) & carried.has_old).tolist()
+    for owner, has_old, kept, margin in zip(_rows_of(ctx.draws), carried.has_old.tolist(), keep, margins):
+        if has_old:
+            DECISIONS[owner].append(("keep", int(kept), margin))
+    return _propose_reuse(self, p, carried, ctx)
+
+
 def install() -> None:
     Draws.uniform = uniform
     ExactVerifier.accept = accept
-    for module in (loop, resample, coupled, tree):
+    reuse.ReuseProposal.propose = propose_reuse
+    for module in (loop, resample, coupled, reuse, tree):
         module.sample = sample
 
 

@@ -1,4 +1,5 @@
-"""The command line's shape: every command registered in one place, no import circle in the package,
+"""The command line's shape: every command registered in one place, no import circle in the package
+(nor anywhere in sjdbench),
 one console pair and one fail helper, a complete command list in usage hints, and nothing heavy
 (torch) imported to show help or list choices."""
 
@@ -43,6 +44,56 @@ def test_no_import_circle_in_the_cli_package():
         state[module] = "done"
 
     for module in graph:
+        if module not in state:
+            visit(module, [])
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """module -> the sjdbench modules it imports, at any level (function-local and type-only imports
+    included: a circle of those is a circle of concepts, even where Python tolerates it)."""
+    root = CLI.parent
+
+    def module_of(path: Path) -> str:
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    modules = {module_of(p) for p in root.rglob("*.py") if "weights" not in p.parts}
+
+    def target(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        if "weights" in path.parts:
+            continue
+        me, found = module_of(path), set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sjdbench"):
+                for alias in node.names:  # `from package import module` imports that module
+                    found.add(target(f"{node.module}.{alias.name}") or "")
+            elif isinstance(node, ast.Import):
+                found |= {target(a.name) or "" for a in node.names if a.name.startswith("sjdbench")}
+        graph[me] = {m for m in found if m and m != me and not me.startswith(m + ".")}
+    return graph
+
+
+def test_no_import_circle_anywhere_in_the_package():
+    """A package's __init__ that re-exports its modules is not a dependency of those modules (they
+    may not import their own package's face), so every arrow here is one concept using another."""
+    graph = _package_graph()
+    state: dict[str, str] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for child in sorted(graph.get(module, ())):
+            assert state.get(child) != "open", " -> ".join([*path, module, child])
+            if child not in state:
+                visit(child, [*path, module])
+        state[module] = "done"
+
+    for module in sorted(graph):
         if module not in state:
             visit(module, [])
 

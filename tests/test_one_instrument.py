@@ -63,7 +63,9 @@ def printed(outputs: dict[str, str]) -> dict[str, dict[str, tuple]]:
         # eval: decoder step x | vs AR [CI] N | scores
         "eval": rows(outputs["eval"], rf"^(\S+)\s+\d+\.\d\d\s+{NUMBER}\s+(\d+)\s"),
         # report: decoder W lossless [n] latency | speedup [CI] N paired | images/s NFE ...
-        "report": rows(outputs["report"], rf"^(\S+)\s+\S+\s+(?:yes|no|greedy)\s+(?:\d+\s+)?\d+\.\d{{3}}\s+{NUMBER}\s+(\d+)\s"),
+        "report": rows(
+            outputs["report"], rf"^(\S+)\s+\S+\s+(?:yes|no|greedy)\s+(?:\d+\s+)?\d+\.\d{{3}}\s+{NUMBER}\s+(\d+)\s"
+        ),
     }
 
 

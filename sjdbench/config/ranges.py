@@ -1,8 +1,8 @@
 """Values that are legal but almost certainly a mistake: refused with the valid range, or clamped with a
 `note:` line, one decision per case (README, "Bad input"):
 
-- refused before any model loads (`check_knob_ranges`, part of `schema.check_config`): a knob that is
-  a probability set outside [0, 1] (GSD's p_thr);
+- refused before any model loads (`schema.check_knob_ranges`, part of `schema.check_config`, beside
+  the other knob checks): a knob that is a probability set outside [0, 1] (GSD's p_thr);
 - refused right after the model loads, before anything decodes (`fit_to_model`): growth steps no
   history can reach on this model (every iteration commits at least one token, so a position is
   observed at most once per iteration and at most as many times as the image has positions);
@@ -31,29 +31,7 @@ from sjdbench.errors import UserError
 
 if TYPE_CHECKING:
     from sjdbench.config.schema import RunConfig
-    from sjdbench.config.spec import RunSpec
     from sjdbench.decoding.build import DecoderSpec
-
-# (part kind, part name, knob) -> (low, high, what the knob is): knobs whose range their part leaves open
-BOUNDED_KNOBS: dict[tuple[str, str, str], tuple[float, float, str]] = {
-    ("verifier", "gsd", "p_thr"): (0.0, 1.0, "a probability threshold"),
-}
-
-
-def check_knob_ranges(spec: DecoderSpec) -> None:
-    """Knobs of BOUNDED_KNOBS outside their range, in every part and nested part: one line with the range."""
-
-    def visit(part: Any, where: str) -> None:
-        for knob, value in part.knobs().items():
-            bound = BOUNDED_KNOBS.get((part.kind, part.name, knob))
-            if bound and isinstance(value, (int, float)) and not bound[0] <= value <= bound[1]:
-                low, high, what = bound
-                raise UserError(f"{where}.{knob}={value} is out of range: it is {what}; use {low:g}..{high:g}")
-        for key, child in part.children.items():
-            visit(child, f"{where}.{key}")
-
-    for kind, part in spec.parts().items():
-        visit(part, f"decoder.{kind}")
 
 
 def useful_window(spec: DecoderSpec, n_positions: int) -> int | None:
@@ -76,10 +54,10 @@ def observations_needed(spec: DecoderSpec) -> int:
     return spec.growth_steps + 1 if spec.growth_reading == "increases" else spec.growth_steps
 
 
-def fit_to_model(spec: RunSpec, decoder: Any, adapter: Any) -> tuple[Any, list[str]]:
-    """The built decoder fitted to the loaded model, and a note per change; UserError (one line, with
-    the range) for growth steps the model's images cannot reach. Runs before anything decodes."""
-    resolved = spec.decoder
+def fit_to_model(resolved: DecoderSpec, model_name: str, decoder: Any, adapter: Any) -> tuple[Any, list[str]]:
+    """The built decoder (of the resolved spec) fitted to the loaded model, and a note per change;
+    UserError (one line, with the range) for growth steps the model's images cannot reach. Runs before
+    anything decodes."""
     if resolved.is_ar:
         return decoder, []
     n_positions = int(adapter.layout.n_positions)
@@ -87,7 +65,7 @@ def fit_to_model(spec: RunSpec, decoder: Any, adapter: Any) -> tuple[Any, list[s
     if needed > n_positions:
         most = n_positions - (needed - resolved.growth_steps)
         raise UserError(
-            f"decoder.growth_steps={resolved.growth_steps} can never be reached on {spec.config.model.name}: an "
+            f"decoder.growth_steps={resolved.growth_steps} can never be reached on {model_name}: an "
             f"image has {n_positions} positions, so a position is observed at most {n_positions} times (once per "
             f"iteration, and every iteration commits a token), and growth needs {needed} observations "
             f"({resolved.growth_reading}); use decoder.growth_steps=1..{max(most, 1)}"
@@ -103,7 +81,7 @@ def fit_to_model(spec: RunSpec, decoder: Any, adapter: Any) -> tuple[Any, list[s
     if useful is not None and resolved.window > useful:
         decoder = dataclasses.replace(decoder, window=useful)
         notes.append(
-            f"decoder.window={resolved.window} is more than a forward can use on {spec.config.model.name}'s images "
+            f"decoder.window={resolved.window} is more than a forward can use on {model_name}'s images "
             f"({n_positions} positions): it decodes the same tokens as decoder.window={useful}, which this run uses "
             f"(env.json records window_used={useful}); use decoder.window=1..{useful}"
         )

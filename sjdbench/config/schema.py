@@ -356,11 +356,31 @@ def _check_finite_knobs(spec: DecoderSpec) -> None:
         visit(part, f"decoder.{kind}")
 
 
+# (part kind, part name, knob) -> (low, high, what the knob is): knobs whose range their part leaves open
+BOUNDED_KNOBS: dict[tuple[str, str, str], tuple[float, float, str]] = {
+    ("verifier", "gsd", "p_thr"): (0.0, 1.0, "a probability threshold"),
+}
+
+
+def check_knob_ranges(spec: DecoderSpec) -> None:
+    """Knobs of BOUNDED_KNOBS outside their range, in every part and nested part: one line with the range."""
+
+    def visit(part: Any, where: str) -> None:
+        for knob, value in part.knobs().items():
+            bound = BOUNDED_KNOBS.get((part.kind, part.name, knob))
+            if bound and isinstance(value, (int, float)) and not bound[0] <= value <= bound[1]:
+                low, high, what = bound
+                raise UserError(f"{where}.{knob}={value} is out of range: it is {what}; use {low:g}..{high:g}")
+        for key, child in part.children.items():
+            visit(child, f"{where}.{key}")
+
+    for kind, part in spec.parts().items():
+        visit(part, f"decoder.{kind}")
+
+
 def check_config(config: RunConfig) -> DecoderSpec:
     """Checks Hydra cannot make: value ranges and part names. Returns the decoder it resolved (every
     part with its knobs checked), so a caller that goes on to run it need not resolve it again."""
-    from sjdbench.config.ranges import check_knob_ranges
-
     spec = decoder_spec(config)
     _check_finite_knobs(spec)
     check_knob_ranges(spec)

@@ -218,7 +218,9 @@ class RunWriter:
         self.notes: list[str] = []  # settings fitted to the model (config.ranges.fit_to_model)
         if not self.todo and not self.store.needs_metadata():
             return
-        self.decoder, self.notes = fit_to_model(spec, spec.decoder.build(adapter), adapter)
+        self.decoder, self.notes = fit_to_model(
+            spec.decoder, spec.config.model.name, spec.decoder.build(adapter), adapter
+        )
         self.sampling = resolve_sampling(adapter.default_sampling, spec.config.sampling)
         # checked again now that the model is here: models without an image-token count before loading
         check_sampling(asdict(self.sampling), "sampling.", len(adapter.image_token_ids))
