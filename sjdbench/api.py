@@ -154,8 +154,7 @@ def load_runs(results_dir: str | None = None, **filters: Any) -> pd.DataFrame:
     baseline as `sjdbench report` prints it: `speedup`, `speedup_lo`, `speedup_hi` (95 % bootstrap
     CI), `speedup_n` (prompts paired) and `ar_run_id`. The AR baselines of the selected runs are
     included. results_dir: the store (default: $SJDBENCH_RESULTS, else ./results)."""
-    from sjdbench.results.runs import load_runs as read_store
-    from sjdbench.results.runs import paired_runs
+    from sjdbench.results.runs import paired_runs, runs_frame
     from sjdbench.results.select import parse_selection, select_runs
     from sjdbench.results.store import USABLE
 
@@ -164,7 +163,7 @@ def load_runs(results_dir: str | None = None, **filters: Any) -> pd.DataFrame:
         for key, value in filters.items()
     ]
     selection = parse_selection(words, results_dir)
-    store = read_store(selection.root, rows=True)
+    store = runs_frame(selection.root, rows=True)
     selected = select_runs(store, selection)
     usable = selected[selected["status"].isin(USABLE)]
     pairings = paired_runs(usable, store[store["status"].isin(USABLE)]) if not usable.empty else None

@@ -15,7 +15,7 @@ from sjdbench.cli import app
 from sjdbench.config import compose_run
 from sjdbench.config.spec import resolve_run
 from sjdbench.results.pairing import pair_key
-from sjdbench.results.runs import load_runs
+from sjdbench.results.runs import runs_frame
 
 cli = CliRunner()
 BASE = [
@@ -100,7 +100,7 @@ def test_planned_and_stored_runs_have_one_pairing_key(store):
     """The key a sweep groups a planned run by is the key the store reads back for it, and it is
     the AR baseline's own run id."""
     root, _ = store
-    runs = load_runs(root).set_index("decoder")
+    runs = runs_frame(root).set_index("decoder")
     planned = resolve_run(compose_run([*BASE, "decoder=lantern", f"results_dir={root}"]))
     assert pair_key(planned.facts) == runs.loc["lantern", "pair_key"] == runs.loc["ar", "run_id"]
     assert runs.loc["jacobi", "pair_key"] == runs.loc["ar", "run_id"]  # data.limit does not change the key
@@ -108,13 +108,13 @@ def test_planned_and_stored_runs_have_one_pairing_key(store):
 
 def test_eval_of_a_run_folder_with_results_dir_scores_that_run(store):
     root, _ = store
-    ids = load_runs(root).set_index("decoder")["run_id"]
+    ids = runs_frame(root).set_index("decoder")["run_id"]
     folder = root / "runs" / ids["sjd"]
     result = cli.invoke(app, ["eval", str(folder), f"results_dir={root}", "eval.evaluators=[toy_objects]"])
     assert result.exit_code == 0, result.output
     assert list((folder / "scores").glob("toy_objects-*.json"))
     assert not list(
-        (root / "runs" / load_runs(root).set_index("decoder").loc["ar", "run_id"]).glob("scores/toy_objects-*")
+        (root / "runs" / runs_frame(root).set_index("decoder").loc["ar", "run_id"]).glob("scores/toy_objects-*")
     )
 
 
@@ -135,6 +135,6 @@ def test_eval_with_nothing_to_score_fails_in_one_line(store, words, needle):
 
 def test_eval_refuses_two_stores(store, tmp_path):
     root, _ = store
-    run_id = load_runs(root)["run_id"].iloc[0]
+    run_id = runs_frame(root)["run_id"].iloc[0]
     result = cli.invoke(app, ["eval", str(root / "runs" / run_id), f"results_dir={tmp_path}"])
     assert result.exit_code == 2 and "stores" in result.stderr and len(result.stderr.strip().splitlines()) == 1

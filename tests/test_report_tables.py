@@ -28,7 +28,7 @@ from sjdbench.report.build import build_report
 from sjdbench.report.tables import Metric, Table
 from sjdbench.results.decoders import is_lossless
 from sjdbench.results.pairing import geometric_mean_ci
-from sjdbench.results.runs import load_runs
+from sjdbench.results.runs import runs_frame
 from sjdbench.results.select import parse_selection, select_runs
 
 
@@ -315,16 +315,16 @@ def test_parquet_holds_every_run_and_sample(built):
 def test_filters_select_decoders_and_keep_their_ar_baselines(store, tmp_path):
     root, ids = store
     filters = parse_selection([f"results_dir={root}", "decoder=sjd", "window=16,32"])
-    chosen = set(select_runs(load_runs(root), filters)["run_id"])
+    chosen = set(select_runs(runs_frame(root), filters)["run_id"])
     assert chosen == {ids["ar"], ids["sjd"], ids["sjd32"]}
     filters = parse_selection([f"results_dir={root}", "decoder=sjd_vp*", "decoder.growth_steps=2"])
-    assert set(select_runs(load_runs(root), filters)["run_id"]) == {ids["ar"], ids["vp_n2"]}
+    assert set(select_runs(runs_frame(root), filters)["run_id"]) == {ids["ar"], ids["vp_n2"]}
     filters = parse_selection([f"results_dir={root}", "decoder/verifier=lantern"])
-    assert set(select_runs(load_runs(root), filters)["run_id"]) == {ids["ar"], ids["lantern"]}
+    assert set(select_runs(runs_frame(root), filters)["run_id"]) == {ids["ar"], ids["lantern"]}
     sweep = root / "sweeps" / "0123456789ab"
     sweep.mkdir(parents=True)
     (sweep / "sweep.yaml").write_text(json.dumps({"runs": [{"run_id": ids["vp"]}, {"run_id": ids["ar"]}]}))
-    assert set(select_runs(load_runs(root), parse_selection([f"results_dir={root}", "0123456789ab"]))["run_id"]) == {
+    assert set(select_runs(runs_frame(root), parse_selection([f"results_dir={root}", "0123456789ab"]))["run_id"]) == {
         ids["vp"],
         ids["ar"],
     }

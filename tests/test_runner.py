@@ -144,12 +144,12 @@ def test_prompt_files(tmp_path):
         load_prompts(compose_run(["data=file", f"data.path={csv_file}", "data.column=caption"]).data)
 
 
-def test_load_runs_collects_summaries(tmp_path):
-    from sjdbench.results.runs import load_runs
+def test_runs_frame_collects_summaries(tmp_path):
+    from sjdbench.results.runs import runs_frame
 
     execute(config(tmp_path, "data.limit=1"))
     execute(config(tmp_path, "data.limit=1", "decoder=ar"))
-    frame = load_runs(tmp_path)
+    frame = runs_frame(tmp_path)
     assert sorted(frame["decoder"]) == ["ar", "sjd"]
     assert (frame.loc[frame.decoder == "ar", "step_compression"] == 1.0).all()
 

@@ -6,7 +6,7 @@ from synthetic_store import SJD_NFE, SJD_RATIOS, SynthRun, make_store, write_run
 from sjdbench.config import compose_run
 from sjdbench.errors import UserError
 from sjdbench.results.root import results_root, split_results_dir
-from sjdbench.results.runs import load_runs
+from sjdbench.results.runs import runs_frame
 from sjdbench.results.select import parse_selection, select_runs
 from sjdbench.results.summary import SUMMARY_FIELDS
 
@@ -21,7 +21,7 @@ def store(tmp_path_factory):
 
 def chosen(root, *words, baselines=True) -> set[str]:
     selection = parse_selection([f"results_dir={root}", *words])
-    return set(select_runs(load_runs(root), selection, baselines=baselines)["run_id"])
+    return set(select_runs(runs_frame(root), selection, baselines=baselines)["run_id"])
 
 
 def test_the_topology_and_every_summary_field_filter(store):

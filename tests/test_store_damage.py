@@ -20,7 +20,7 @@ from sjdbench.cli import app
 from sjdbench.errors import UserError
 from sjdbench.report.build import build_report
 from sjdbench.results.files import parse_lines, read_json
-from sjdbench.results.runs import check_rows, load_runs, read_run
+from sjdbench.results.runs import check_rows, read_run, runs_frame
 
 runner = CliRunner()
 
@@ -372,7 +372,7 @@ def test_readers_never_raise_on_any_file(store):
             record = check_rows(read_run(run))
             assert record["status"] in ("damaged", "incomplete", "complete", "finished"), (name, content)
             assert read_json(run / name).doc is None or isinstance(read_json(run / name).doc, dict)
-    assert not load_runs(root, rows=True).empty
+    assert not runs_frame(root, rows=True).empty
 
 
 # -- report --out targets ----------------------------------------------------------------------------

@@ -98,12 +98,12 @@ def select_finished(words: list[str], results_dir: str | None = None) -> list:
     store). A run named exactly that is not finished is an error; others are skipped with a note."""
     from pathlib import Path
 
-    from sjdbench.results.runs import load_runs
+    from sjdbench.results.runs import runs_frame
     from sjdbench.results.select import parse_selection, select_runs
     from sjdbench.results.store import USABLE
 
     selection = parse_selection(words, results_dir, command="eval")
-    chosen = select_runs(load_runs(selection.root, rows=True), selection, baselines=False)
+    chosen = select_runs(runs_frame(selection.root, rows=True), selection, baselines=False)
     usable = chosen[chosen["status"].isin(USABLE)]
     for _, run in chosen[~chosen["status"].isin(USABLE)].iterrows():
         why = "written by an older sjdbench (`sjdbench migrate` re-keys it)" if run["status"] == "legacy" else None

@@ -35,7 +35,7 @@ from sjdbench.eval.evaluators.settings import EvalConfig
 from sjdbench.eval.metrics.bootstrap import bootstrap_ci, prompt_groups
 from sjdbench.results.files import samples_sha
 from sjdbench.results.pairing import find_baseline, find_noise_floor, pair_key
-from sjdbench.results.runs import load_runs
+from sjdbench.results.runs import runs_frame
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ _OPENED: dict[Path, RunView] = {}
 def _store(root: Path) -> pd.DataFrame:
     root = Path(root)
     if root not in _STORES:
-        _STORES[root] = load_runs(root)
+        _STORES[root] = runs_frame(root)
     return _STORES[root]
 
 

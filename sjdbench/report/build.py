@@ -37,7 +37,7 @@ from sjdbench.report.tables import (
 )
 from sjdbench.results.files import describe_bad_lines, read_rows, trace_problem
 from sjdbench.results.pairing import pair_all
-from sjdbench.results.runs import DRAFT_TRACES, load_runs, load_samples, load_scores, read_scores
+from sjdbench.results.runs import DRAFT_TRACES, load_samples, load_scores, read_scores, runs_frame
 from sjdbench.results.select import Selection, parse_selection, select_runs
 from sjdbench.results.store import (
     USABLE,
@@ -155,7 +155,7 @@ def check_traces(runs: pd.DataFrame) -> None:
 def collect(selection: Selection) -> Collected:
     """The selected runs with their AR baselines (results.select), their samples, scores and speedups,
     each run paired against its baseline in the whole store (results.pairing), as every command pairs."""
-    store = load_runs(selection.root, rows=True)
+    store = runs_frame(selection.root, rows=True)
     selected = select_runs(store, selection)
     runs = selected[selected["status"].isin(USABLE)].reset_index(drop=True)
     if runs.empty:
@@ -187,7 +187,7 @@ def build_report(
     progress = progress or (lambda line: None)
     warnings = []
     if trace > 0:
-        warnings = trace_drafts(select_runs(load_runs(filters.root, rows=True), filters), trace, progress)
+        warnings = trace_drafts(select_runs(runs_frame(filters.root, rows=True), filters), trace, progress)
     store = collect(filters)
     try:
         out.mkdir(parents=True, exist_ok=True)  # first: an --out that cannot be created fails before any work

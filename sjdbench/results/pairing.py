@@ -63,7 +63,7 @@ def _same_sampling(run: Mapping[str, Any], candidates: pd.DataFrame) -> pd.DataF
 
 def find_baseline(run: Mapping[str, Any], runs: pd.DataFrame) -> pd.Series | None:
     """The AR run a run's speedup (and quality difference) is measured against, among `runs` (a
-    frame of `results.runs.load_runs`); None when the store holds none."""
+    frame of `results.runs.runs_frame`); None when the store holds none."""
     if bool(run.get("is_ar")):
         return run if isinstance(run, pd.Series) else pd.Series(dict(run))
     candidates = _same_sampling(run, _usable_ar(runs, run.get("pair_key")))

@@ -5,7 +5,7 @@ last) and, once evaluated, scores/<evaluator>-<protocol_hash>.json. Runs are rea
 only, never by re-composing configs, so a report also reads stores written by other versions; runs
 written before run ids followed the built decoder (no `schema` in env.json) are listed as legacy.
 
-`load_runs` is the one reader of the store's runs (report, eval, sweep and run tables, and the
+`runs_frame` is the one reader of the store's runs (report, eval, sweep and run tables, and the
 Python API's `sjdbench.load_runs`); `paired_runs` adds each run's speedup over its AR baseline.
 """
 
@@ -195,7 +195,7 @@ def check_rows(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_runs(root: Path, rows: bool = False) -> pd.DataFrame:
+def runs_frame(root: Path, rows: bool = False) -> pd.DataFrame:
     """Every run directory under root/runs, whatever its status (complete, finished, incomplete,
     legacy, damaged, newer). With `rows`, each run's sample files are read too (`check_rows`): what
     report, eval and the Python API show; without, statuses come from the summaries (what run and
@@ -297,7 +297,7 @@ def speedups(root: Path, run_ids: list[str]) -> dict[str, dict[str, Any]]:
     """run_id -> its pairing (ar_run_id, speedup, speedup_lo, speedup_hi, speedup_n, and the timing
     trust of `paired_runs`), each run paired against the whole store at root: what `run`, `sweep`
     and `eval` print (and `report` computes the same way)."""
-    store = load_runs(root)
+    store = runs_frame(root)
     if store.empty:
         return {}
     chosen = store[store["run_id"].isin(run_ids) & store["status"].isin(USABLE)]

@@ -233,7 +233,7 @@ def refuse_unreadable(chosen: pd.DataFrame) -> None:
 
 
 def select_runs(runs: pd.DataFrame, selection: Selection, baselines: bool = True) -> pd.DataFrame:
-    """The runs the selection picks (every status) from a frame of `results.runs.load_runs`, plus,
+    """The runs the selection picks (every status) from a frame of `results.runs.runs_frame`, plus,
     with `baselines`, the AR baseline of each chosen decoder run. UserError when nothing matches,
     naming what the store holds."""
     if runs.empty:
