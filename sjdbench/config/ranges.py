@@ -1,8 +1,8 @@
 """Values that are legal but almost certainly a mistake: refused with the valid range, or clamped with a
 `note:` line, one decision per case (README, "Bad input"):
 
-- refused before any model loads (`schema.check_knob_ranges`, part of `schema.check_config`, beside
-  the other knob checks): a knob that is a probability set outside [0, 1] (GSD's p_thr);
+- refused before any model loads (`schema.check_knobs`, part of `schema.check_config`, with the
+  other knob checks): a knob that is a probability set outside [0, 1] (GSD's p_thr);
 - refused right after the model loads, before anything decodes (`fit_to_model`): growth steps no
   history can reach on this model (every iteration commits at least one token, so a position is
   observed at most once per iteration and at most as many times as the image has positions);

@@ -342,31 +342,21 @@ def model_sampling_options(config: RunConfig) -> dict[str, Any]:
     return {k: v for k, v in dict(config.model.options).items() if k in SAMPLING_KEYS and isinstance(v, (int, float))}
 
 
-def _check_finite_knobs(spec: DecoderSpec) -> None:
-    """NaN or inf in any float knob of any part (a NaN slips through every `x < 0` range check)."""
-
-    def visit(part: Any, where: str) -> None:
-        for knob, value in part.knobs().items():
-            if isinstance(value, float) and not math.isfinite(value):
-                raise UserError(f"{where}.{knob} must be a finite number, got {value}")
-        for key, child in part.children.items():
-            visit(child, f"{where}.{key}")
-
-    for kind, part in spec.parts().items():
-        visit(part, f"decoder.{kind}")
-
-
 # (part kind, part name, knob) -> (low, high, what the knob is): knobs whose range their part leaves open
 BOUNDED_KNOBS: dict[tuple[str, str, str], tuple[float, float, str]] = {
     ("verifier", "gsd", "p_thr"): (0.0, 1.0, "a probability threshold"),
 }
 
 
-def check_knob_ranges(spec: DecoderSpec) -> None:
-    """Knobs of BOUNDED_KNOBS outside their range, in every part and nested part: one line with the range."""
+def check_knobs(spec: DecoderSpec) -> None:
+    """Every knob of every part and nested part: NaN or inf in a float knob (a NaN slips through every
+    `x < 0` range check of the parts' own), and knobs of BOUNDED_KNOBS outside their range, in one
+    line with the range."""
 
     def visit(part: Any, where: str) -> None:
         for knob, value in part.knobs().items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise UserError(f"{where}.{knob} must be a finite number, got {value}")
             bound = BOUNDED_KNOBS.get((part.kind, part.name, knob))
             if bound and isinstance(value, (int, float)) and not bound[0] <= value <= bound[1]:
                 low, high, what = bound
@@ -382,8 +372,7 @@ def check_config(config: RunConfig) -> DecoderSpec:
     """Checks Hydra cannot make: value ranges and part names. Returns the decoder it resolved (every
     part with its knobs checked), so a caller that goes on to run it need not resolve it again."""
     spec = decoder_spec(config)
-    _check_finite_knobs(spec)
-    check_knob_ranges(spec)
+    check_knobs(spec)
     if config.samples_per_prompt < 1:
         raise UserError("samples_per_prompt must be >= 1")
     if config.batch_size < 1:
