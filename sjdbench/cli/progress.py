@@ -1,5 +1,5 @@
 """Progress for people: a rich bar on a terminal, plain lines on stderr otherwise (one every few
-seconds), fed by the runner's `Reporter` callbacks.
+seconds), fed by the runner's `Reporter` callbacks (run/reporting.py).
 
 When the output is not a terminal (logs, CI, Slurm), a heartbeat line comes at least every
 HEARTBEAT_S seconds while something is in progress (a model loading, a sample decoding), so a
@@ -16,14 +16,15 @@ from typing import Optional
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from sjdbench.cli.console import err, line
+from sjdbench.run.reporting import Reporter
 
 PROGRESS_EVERY_S = 10.0  # plain progress lines (output not a terminal): at most one per this many seconds
 HEARTBEAT_S = 15.0  # ... and at least one per this many seconds while something is in progress
 TICK_S = 1.0  # how often the heartbeat thread looks
 
 
-class CliReporter:
-    """The runner's progress (the callbacks of sjdbench.run.runner.Reporter) as a bar on a terminal
+class CliReporter(Reporter):
+    """The runner's progress (the callbacks of sjdbench.run.reporting.Reporter) as a bar on a terminal
     or as plain lines with a heartbeat; `quiet`: notes only. Call `close` when the work is over."""
 
     def __init__(self, bar: Progress | None, label: str, quiet: bool = False) -> None:

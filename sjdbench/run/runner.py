@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Optional, Protocol
+from typing import Any, Optional
 
 import torch
 
@@ -48,49 +48,11 @@ from sjdbench.models.registry import build_adapter
 from sjdbench.results.store import SCHEMA, RunLocked, RunStore, StoreError, save_png
 from sjdbench.results.summary import summarize
 from sjdbench.run.machine import apply_threads, environment, load_1m, snapshot
+from sjdbench.run.reporting import Reporter
 
 log = logging.getLogger(__name__)
 
 TIMING_MODES = ("single", "paired")
-
-
-class Reporter:
-    """What a run tells its caller while it works (the CLI prints it; the default says nothing)."""
-
-    def begin(self, label: str) -> None:
-        """A new run (or paired group of runs) starts reporting under this name."""
-
-    def model_loading(self, name: str, device: str) -> None:
-        pass
-
-    def model_loaded(self, name: str, seconds: float) -> None:
-        pass
-
-    def sample_done(self, done: int, total: int, row: Optional[dict]) -> None:
-        pass
-
-    def note(self, text: str) -> None:
-        """A line to show: a repair made to a damaged run, a setting fitted to the model."""
-
-    def close(self) -> None:
-        """The work is over (a reporter that prints on its own, e.g. a heartbeat, stops here)."""
-
-
-class Reporting(Protocol):
-    """The callbacks a run makes while it works: `Reporter`'s; any object with them will do (the CLI's
-    progress is one)."""
-
-    def begin(self, label: str) -> None: ...
-
-    def model_loading(self, name: str, device: str) -> None: ...
-
-    def model_loaded(self, name: str, seconds: float) -> None: ...
-
-    def sample_done(self, done: int, total: int, row: Optional[dict]) -> None: ...
-
-    def note(self, text: str) -> None: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass
@@ -193,7 +155,7 @@ def decode_stream(
         yield Decoded(request.key, result, seed, images, spent, snapshot(device, load_before), peak)
 
 
-def load_adapter(spec: RunSpec, reporter: Reporting) -> Any:
+def load_adapter(spec: RunSpec, reporter: Reporter) -> Any:
     """The run's model, built on its device (the one model load of a run or a group of runs)."""
     config = spec.config
     reporter.model_loading(config.model.name, spec.device)
@@ -352,7 +314,7 @@ def new_timing(mode: str) -> dict:
 def execute_runs(
     specs: list[RunSpec],
     adapter: Any = None,
-    reporter: Optional[Reporting] = None,
+    reporter: Optional[Reporter] = None,
     timing_mode: str = "single",
     limit_new: Optional[int] = None,
     keep_going: bool = False,
@@ -367,8 +329,8 @@ def execute_runs(
     reporter = reporter or Reporter()
     timing = new_timing(timing_mode)
     writers: list[RunWriter] = []
-    aside: dict[str, RunOutcome]
-    everyone, aside = specs, {}  # aside: run_id -> the outcome of a run skipped or refused on its own
+    everyone = specs
+    aside: dict[str, RunOutcome] = {}  # run_id -> the outcome of a run skipped or refused on its own
     with contextlib.ExitStack() as locks:
         try:
             specs = _lock(locks, specs, keep_going, aside, reporter)
@@ -421,7 +383,7 @@ def execute_runs(
         return [by_id[spec.run_id] for spec in everyone]
 
 
-def _lock(locks, specs: list[RunSpec], keep_going: bool, aside: dict, reporter: Reporting) -> list[RunSpec]:
+def _lock(locks, specs: list[RunSpec], keep_going: bool, aside: dict, reporter: Reporter) -> list[RunSpec]:
     """Take each run's write lock. A run another process is writing is refused (RunLocked); with
     `keep_going` (a sweep) it is skipped with its line and the others go on: one run's lock never
     fails another run. The repairs each lock's holder made (store.RunStore.writer) are reported."""
@@ -442,7 +404,7 @@ def _lock(locks, specs: list[RunSpec], keep_going: bool, aside: dict, reporter: 
 
 
 def _writers(
-    specs: list[RunSpec], adapter: Any, timing: dict, keep_going: bool, aside: dict, reporter: Reporting
+    specs: list[RunSpec], adapter: Any, timing: dict, keep_going: bool, aside: dict, reporter: Reporter
 ) -> list[RunWriter]:
     """A writer per run; with `keep_going`, a run whose settings do not fit the loaded model
     (config.ranges.fit_to_model) fails on its own, with its line, and the others go on."""
@@ -462,7 +424,7 @@ def _writers(
 
 
 def execute(
-    config: RunConfig, progress: Optional[Reporting] = None, adapter: Any = None, limit_new: Optional[int] = None
+    config: RunConfig, progress: Optional[Reporter] = None, adapter: Any = None, limit_new: Optional[int] = None
 ) -> RunOutcome:
     """Run (or resume) one configuration on its own (timing mode `single`)."""
     return execute_runs([resolve_run(config)], adapter, progress, "single", limit_new)[0]

@@ -44,7 +44,8 @@ from sjdbench.results.root import results_root
 from sjdbench.results.runs import speedups
 from sjdbench.results.store import RunLocked, RunStore, atomic_write_json, atomic_write_text
 from sjdbench.run.machine import apply_threads
-from sjdbench.run.runner import TIMING_MODES, Reporter, Reporting, RunOutcome, execute_runs, load_adapter, write_summary
+from sjdbench.run.reporting import Reporter
+from sjdbench.run.runner import TIMING_MODES, RunOutcome, execute_runs, load_adapter, write_summary
 
 log = logging.getLogger(__name__)
 EXECUTORS = ("local", "submitit", "ray")
@@ -282,7 +283,7 @@ def _job_key(spec: RunSpec) -> str:
 
 
 def run_group(
-    specs: list[RunSpec], timing: str, adapters: dict, reporter: Optional[Reporting] = None
+    specs: list[RunSpec], timing: str, adapters: dict, reporter: Optional[Reporter] = None
 ) -> list[RunOutcome]:
     """Runs of one model: paired (interleaved prompt by prompt) or one after another. `adapters`
     caches loaded models by model key across groups; a failed run never stops the others."""
@@ -362,7 +363,7 @@ def _failed(job: list[GridPoint], error: BaseException | str, seconds: float = 0
 
 
 def run_local(
-    jobs: list[list[GridPoint]], tick: Tick, timing: str, reporter: Optional[Reporting] = None
+    jobs: list[list[GridPoint]], tick: Tick, timing: str, reporter: Optional[Reporter] = None
 ) -> list[PointResult]:
     """Jobs in this process, one model loaded at a time; a failure never stops the rest."""
     adapters: dict  # loaded adapters, reused by the jobs of the same model (run_group)
@@ -527,7 +528,7 @@ def execute_sweep(
     cluster: Optional[str] = None,
     slurm: dict | None = None,
     timing: Optional[str] = None,
-    reporter: Optional[Reporting] = None,
+    reporter: Optional[Reporter] = None,
 ) -> list[PointResult]:
     """Run every point not already done; record outcomes in the sweep folder's status.json and the
     latency comparisons in latency.json. `reporter` hears the progress of local runs."""
