@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a sourc
 from sjdbench.config import compose_run, decoder_spec  # noqa: E402
 from sjdbench.data.prompts import load_prompts  # noqa: E402
 from sjdbench.decoding.loop import Request, jacobi_decode_batch  # noqa: E402
+from sjdbench.machine import apply_threads, cpu_model, cpus_available, load_1m  # noqa: E402
 from sjdbench.models.registry import build_adapter, resolve_device  # noqa: E402
-from sjdbench.run.machine import apply_threads, cpu_model, cpus_available, load_1m  # noqa: E402
 from sjdbench.run.runner import resolve_sampling, sample_seed, synchronize  # noqa: E402
 
 PRESETS = ["sjd", "sjd_pp", "lantern", "sjd_pac", "pjd"]

@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from sjdbench.models.registry import spec
+from sjdbench.models.registry import entry
 
 FULL_SIZE = {"lumina": "7B", "llamagen": "XL", "janus": "7B", "emu3": "8B"}
 MODELS = ["toy", *FULL_SIZE]
@@ -59,7 +59,7 @@ def measure(model: str, args) -> dict:
         options["resolution"] = args.resolution
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
-    adapter = spec(model).load(args.device, **options)
+    adapter = entry(model).load(args.device, **options)
     parameters = count_parameters(adapter)
     prompt = adapter.encode_prompt("a photo of a red cube on a wooden table, soft light")
     W = args.window

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from sjdbench.adapter import ImageARAdapter
-    from sjdbench.decoding.build import DecoderSpec
+    from sjdbench.decoding.build import ResolvedDecoder
 
 PART_KINDS = ("proposal", "verifier", "init", "topology")
 
@@ -73,7 +73,7 @@ def load_model(name: str, device: str = "auto", **options: Any) -> ImageARAdapte
     return build_adapter(model.name, dict(model.options), resolve_device(device))
 
 
-def build_decoder(preset: str = "sjd", **overrides: Any) -> DecoderSpec:
+def build_decoder(preset: str = "sjd", **overrides: Any) -> ResolvedDecoder:
     """A decoder preset with overrides, resolved and checked (its parts, typed knobs and ranges) as
     `sjdbench run decoder=<preset> ...` resolves it; `decode` builds it against a model.
 
@@ -106,7 +106,7 @@ class Decoded:
 _BUILT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {decoder key: built decoder}
 
 
-def _built(model: Any, decoder: DecoderSpec) -> Any:
+def _built(model: Any, decoder: ResolvedDecoder) -> Any:
     """The decoder built against this model, once per (model, decoder): LANTERN's neighbour table and
     GSD's threshold are computed when a decoder is built."""
     import json
@@ -122,7 +122,7 @@ def _built(model: Any, decoder: DecoderSpec) -> Any:
 
 
 def decode(
-    model: ImageARAdapter, prompt: str, decoder: DecoderSpec | str = "sjd", seed: int = 0, **sampling
+    model: ImageARAdapter, prompt: str, decoder: ResolvedDecoder | str = "sjd", seed: int = 0, **sampling
 ) -> Decoded:
     """Decode one image of `prompt` with `decoder` (a `build_decoder` spec or a preset name).
 

@@ -98,6 +98,44 @@ def test_no_import_circle_anywhere_in_the_package():
             visit(module, [])
 
 
+# The package's floors, lowest first: a module imports its own floor and the floors below, never one
+# above (an arrow back up). Packages on one floor may use each other; the circle test above keeps
+# that from becoming a loop. A new top-level module or package must be given a floor here.
+LAYERS = (
+    ("sjdbench.errors", "sjdbench.paths", "sjdbench.adapter", "sjdbench.runkey", "sjdbench.machine"),
+    ("sjdbench.data", "sjdbench.decoding", "sjdbench.models"),
+    ("sjdbench.toyworld", "sjdbench.exactness", "sjdbench.results"),
+    ("sjdbench.config",),
+    ("sjdbench.eval",),
+    ("sjdbench.run",),
+    ("sjdbench.report",),
+    ("sjdbench.api", "sjdbench.cli", "sjdbench", "sjdbench.__main__"),
+)
+
+
+def _floor(module: str) -> int:
+    best, floor = "", -1
+    for level, roots in enumerate(LAYERS):
+        for root in roots:
+            if (module == root or module.startswith(root + ".")) and len(root) > len(best):
+                best, floor = root, level
+    assert floor >= 0, f"{module} has no floor in LAYERS: give its package one"
+    return floor
+
+
+def test_imports_point_down_the_layers():
+    """adapter/errors/paths -> data, decoding, models -> toyworld, results -> config -> eval -> run ->
+    report -> cli, api: every import (function-local and type-only ones included) stays on its floor
+    or goes down."""
+    up = sorted(
+        f"{me} ({_floor(me)}) imports {target} ({_floor(target)})"
+        for me, targets in _package_graph().items()
+        for target in targets
+        if _floor(target) > _floor(me)
+    )
+    assert not up, "arrows back up:\n" + "\n".join(up)
+
+
 def test_one_console_pair_and_one_fail_helper():
     """Only console.py makes consoles or prints errors itself; every command fails through it."""
     for path in CLI.glob("*.py"):

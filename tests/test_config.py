@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from sjdbench.config import available_groups, compose_run, decoder_spec, group_choices
-from sjdbench.config.identity import label, preset_spec, run_id_for
+from sjdbench.config.identity import label, preset_decoder, run_id_for
 from sjdbench.decoding.parts import KINDS
 from sjdbench.decoding.registry import part_choices, part_yaml, resolve_part
 from sjdbench.errors import UserError
@@ -164,9 +164,9 @@ def test_a_new_knob_rekeys_only_the_decoders_that_use_its_part(monkeypatch):
         new_knob: int = 0
 
     monkeypatch.setattr(lantern.LanternVerifier, "Config", Extended)
-    preset_spec.cache_clear()
+    preset_decoder.cache_clear()
     after = {name: run_id(f"decoder={name}") for name in group_choices("decoder")}
-    preset_spec.cache_clear()
+    preset_decoder.cache_clear()
     changed = {name for name in before if before[name] != after[name]}
     assert changed == {"lantern", "lantern_vp", "lantern_pac"}
 
@@ -263,3 +263,15 @@ def test_a_new_part_is_one_file_plus_one_yaml(tmp_path, monkeypatch):
     assert outcome.summary["decoder_spec"]["verifier"] == {"name": "threshold", "threshold": 0.05}
     with pytest.raises(UserError, match="threshold must be in"):
         compose_run(["decoder/verifier=threshold", "decoder.verifier.threshold=2"])
+
+
+def test_the_pairing_key_is_the_id_of_the_ar_run():
+    """runkey computes the AR run's id torch-free from AR's identity; it must be the id the config
+    layer gives the `ar` preset (and its greedy reading) with the same facts."""
+    from sjdbench.config.identity import ar_decoder, run_id
+    from sjdbench.runkey import SampleFacts, ar_run_id
+
+    facts = SampleFacts("toy", {}, "smoke", "abc", {"top_k": None}, 3, 1, "cpu", "w1", 2)
+    for greedy in (False, True):
+        assert ar_run_id(facts, greedy=greedy) == run_id(facts, ar_decoder(greedy))
+    assert ar_run_id(facts, seed_offset=1) == run_id(dataclasses.replace(facts, seed=4), ar_decoder(False))

@@ -256,7 +256,7 @@ def poisoned_spec():
 def test_nan_or_inf_logits_stop_the_run_naming_prompt_and_position(tmp_path, monkeypatch, value, temperature):
     import sjdbench.models.registry as registry
 
-    monkeypatch.setitem(registry.SPECS, "debug", poisoned_spec())
+    monkeypatch.setitem(registry.ENTRIES, "debug", poisoned_spec())
     words = [
         "decoder=sjd",
         "decoder.window=4",

@@ -5,7 +5,7 @@ import numpy as np
 from sjdbench.eval.evaluators.imaging import bilinear, centre_crop, for_inception, resize_for_clip
 from sjdbench.eval.evaluators.toy import OBJECT_FIELDS, object_counts
 from sjdbench.eval.metrics.bootstrap import bootstrap_ci, prompt_groups
-from sjdbench.models.toy import world
+from sjdbench.toyworld import world
 
 
 def test_prompt_groups_keep_samples_of_a_prompt_together():

@@ -2,7 +2,7 @@
 
 import torch
 
-from sjdbench.run import machine
+from sjdbench import machine
 
 
 def test_busy_means_more_load_than_cores():

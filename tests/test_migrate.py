@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sjdbench.config import compose_run
 from sjdbench.config.migrate import legacy_runs, migrate_store
-from sjdbench.config.spec import resolve_run
+from sjdbench.config.resolve import resolve_run
 from sjdbench.run.runner import execute
 
 FIXTURE = Path(__file__).parent / "data" / "legacy_run"

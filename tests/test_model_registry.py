@@ -23,10 +23,10 @@ REAL = ("emu3", "janus", "llamagen", "lumina")
 def test_every_yaml_is_a_model_with_a_spec():
     assert set(NAMES) >= {"debug", "toy", *REAL}
     for name in NAMES:
-        spec = registry.spec(name)
+        spec = registry.entry(name)
         assert issubclass(spec.options, ModelOptions)
     for name in REAL:
-        assert issubclass(registry.spec(name).options, CheckpointOptions)
+        assert issubclass(registry.entry(name).options, CheckpointOptions)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -34,7 +34,7 @@ def test_yaml_defaults_are_the_options_dataclass_defaults(name):
     """A model's YAML names its user-visible defaults; each equals its options dataclass's default,
     so the YAML and the code cannot drift apart."""
     raw = yaml.safe_load((conf_dir() / "model" / f"{name}.yaml").read_text())
-    fields = {f.name: f.default for f in dataclasses.fields(registry.spec(name).options)}
+    fields = {f.name: f.default for f in dataclasses.fields(registry.entry(name).options)}
     listed = {**raw.get("options", {}), **{k: raw[k] for k in TOP_LEVEL if k in raw}}
     assert listed, name
     for key, value in listed.items():

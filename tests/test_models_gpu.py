@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 import model_properties as props  # noqa: E402
 
-from sjdbench.models.registry import spec  # noqa: E402
+from sjdbench.models.registry import entry  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 REAL = ("lumina", "llamagen", "janus", "emu3")
@@ -19,7 +19,7 @@ REAL = ("lumina", "llamagen", "janus", "emu3")
 
 def build(model: str, **options):
     resolution = 32 if model == "emu3" else 64
-    return spec(model).load("cuda", weights="random", size="tiny", resolution=resolution, **options)
+    return entry(model).load("cuda", weights="random", size="tiny", resolution=resolution, **options)
 
 
 @pytest.mark.parametrize("model", REAL)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from sjdbench.cli import app
 from sjdbench.config import compose_run
-from sjdbench.config.spec import resolve_run
+from sjdbench.config.resolve import resolve_run
 from sjdbench.results.pairing import pair_key
 from sjdbench.results.runs import runs_frame
 

@@ -94,7 +94,7 @@ def test_a_parti_file_with_a_ragged_row_is_refused(tmp_path, no_model_loads):
 
 def test_a_column_a_text_file_does_not_read_is_noted(tmp_path):
     from sjdbench.config import compose_run
-    from sjdbench.config.spec import resolve_run
+    from sjdbench.config.resolve import resolve_run
 
     path = tmp_path / "prompts.txt"
     path.write_text("a red circle\n")

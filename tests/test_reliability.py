@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from sjdbench.cli import app
 from sjdbench.config import compose_run
-from sjdbench.config.spec import resolve_run
+from sjdbench.config.resolve import resolve_run
 from sjdbench.results.runs import check_rows, read_run
 from sjdbench.results.store import read_jsonl
 

@@ -397,10 +397,10 @@ def test_a_part_that_claims_nothing_is_lossy():
     """A part that does not claim losslessness (e.g. one of a user's own that keeps the base class's
     `lossless`) makes the decoder lossy."""
     from sjdbench.decoding.parts import NoKnobs
-    from sjdbench.decoding.registry import PartSpec
+    from sjdbench.decoding.registry import ResolvedPart
 
     spec = decoder_spec(compose_run(["decoder=sjd"]))
-    silent = PartSpec("verifier", "mine", "sjdbench.decoding.parts.Verifier", NoKnobs())
+    silent = ResolvedPart("verifier", "mine", "sjdbench.decoding.parts.Verifier", NoKnobs())
     assert spec.lossless() and not dataclasses.replace(spec, verifier=silent).lossless()
 
 

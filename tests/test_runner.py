@@ -158,7 +158,7 @@ def test_retrained_weights_get_a_new_run_id(tmp_path):
     """Results of different weights never mix: the run id includes a fingerprint of the weight files."""
     import shutil
 
-    from sjdbench.config.spec import resolve_run
+    from sjdbench.config.resolve import resolve_run
     from sjdbench.models.toy.model import META_FILE, WEIGHTS_DIR
 
     copy = tmp_path / "weights"

@@ -109,7 +109,7 @@ def test_a_summary_holds_exactly_the_listed_fields(tmp_path):
 def test_a_run_resolves_its_decoder_once_and_carries_it(tmp_path, monkeypatch):
     """After the one checking pass, nothing in the run re-resolves the decoder from the config."""
     import sjdbench.decoding.build as build
-    from sjdbench.config.spec import resolve_run
+    from sjdbench.config.resolve import resolve_run
     from sjdbench.run.runner import execute_runs
 
     config = compose_run(

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from sjdbench.cli import app
 from sjdbench.config import compose_run
-from sjdbench.config.spec import resolve_run
+from sjdbench.config.resolve import resolve_run
 from sjdbench.results.store import append_jsonl, read_jsonl, truncate_torn_tail
 from sjdbench.run.runner import execute
 

@@ -2,8 +2,8 @@
 
 import json
 
-from sjdbench.models.toy.calibrate import image_sets, sjd_runs
 from sjdbench.models.toy.model import build_toy_adapter
+from sjdbench.run.toy_calibration import image_sets, sjd_runs
 
 
 def test_calibration_runs_are_ordinary_resumable_runs(tmp_path):

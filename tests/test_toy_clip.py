@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from sjdbench.models.toy.clip import CLIP_FILE, WEIGHTS_DIR, clip_score, image_features, load_toy_clip
-from sjdbench.models.toy.world import render_batch
+from sjdbench.toyworld.clip import CLIP_FILE, WEIGHTS_DIR, clip_score, image_features, load_toy_clip
+from sjdbench.toyworld.world import render_batch
 
 
 def test_toy_clip_scores_matched_above_shuffled():
@@ -25,8 +25,8 @@ def test_toy_clip_scores_matched_above_shuffled():
 
 def test_toy_clip_detects_swapped_colours_and_shapes():
     """Hard-negative training: the true caption beats copies with one object's colour (shape) changed."""
-    from sjdbench.models.toy.clip import attribute_accuracy
-    from sjdbench.models.toy.world import render_scenes
+    from sjdbench.toyworld.clip import attribute_accuracy
+    from sjdbench.toyworld.world import render_scenes
 
     torch.set_num_threads(2)
     images, scenes = render_scenes(4711, 0, 96)
@@ -39,7 +39,7 @@ def test_toy_clip_detects_swapped_colours_and_shapes():
 
 
 def test_train_toy_clip_writes_loadable_weights(tmp_path):
-    from sjdbench.models.toy.clip import CLIP_FILE, CLIP_META, train_toy_clip
+    from sjdbench.toyworld.clip import CLIP_FILE, CLIP_META, train_toy_clip
 
     meta = train_toy_clip(tmp_path, steps=2, batch_size=8, threads=1, device="cpu", log=lambda *_: None)
     assert meta["train"]["steps"] == 2 and meta["train"]["device"] == "cpu"

@@ -117,7 +117,7 @@ def test_jacobi_decode_makes_an_image(adapter):
 
 def test_shipped_weights_read_captions_as_words(adapter):
     from sjdbench.models.toy.model import load_meta
-    from sjdbench.models.toy.text import grammar_words
+    from sjdbench.toyworld.world import grammar_words
 
     meta = load_meta()
     assert meta["text"] == {"kind": "words", "vocab": grammar_words()}

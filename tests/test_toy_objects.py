@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from sjdbench.models.toy import world
-from sjdbench.models.toy.objects import COLOURS, colour_mask, find_object, object_report
+from sjdbench.toyworld import world
+from sjdbench.toyworld.objects import COLOURS, colour_mask, find_object, object_report
 
 PLAIN = {"contrast": 0.3, "theta": 0.5, "curve": 1.0, "shade_k": [0.3, 0.2], "shade_phase": 0.0}
 
@@ -48,8 +48,8 @@ def test_report_on_held_out_renders_is_near_perfect_and_swaps_are_caught():
 def test_calibration_reports_objects_for_renders_round_trips_and_samples():
     import torch
 
-    from sjdbench.models.toy.calibrate import objects_calibration
     from sjdbench.models.toy.model import build_toy_adapter
+    from sjdbench.run.toy_calibration import objects_calibration
 
     torch.set_num_threads(2)
     res = objects_calibration(build_toy_adapter(), 2)  # decodes 2 AR samples through the runner
@@ -61,9 +61,9 @@ def test_calibration_reports_objects_for_renders_round_trips_and_samples():
 
 def test_toy_fd_ranks_renders_round_trips_and_noise():
     """Toy Fréchet distance to reference renders: other renders lowest, pure noise far above."""
-    from sjdbench.models.toy.calibrate import fd_calibration
-    from sjdbench.models.toy.clip import load_toy_clip
     from sjdbench.models.toy.model import load_toy_tokenizer
+    from sjdbench.run.toy_calibration import fd_calibration
+    from sjdbench.toyworld.clip import load_toy_clip
 
     images, _ = world.render_batch(90210, 0, 48)
     tok = load_toy_tokenizer()

@@ -11,7 +11,7 @@ from sjdbench.eval.evaluators.toy_scenes import (
     relational_cells,
     scene_for_caption,
 )
-from sjdbench.models.toy import world
+from sjdbench.toyworld import world
 
 
 def test_every_world_caption_parses_back_and_a_drawn_scene_has_the_same_caption():

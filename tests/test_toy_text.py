@@ -3,8 +3,8 @@
 import pytest
 
 from sjdbench.models.llama_adapter import BOI, BOS, N_TEXT, TEXT_OFFSET, prompt_tokens
-from sjdbench.models.toy.text import UNK, WordTokenizer, grammar_words
-from sjdbench.models.toy.world import render_batch
+from sjdbench.models.toy.text import UNK, WordTokenizer
+from sjdbench.toyworld.world import grammar_words, render_batch
 
 
 def test_grammar_captions_have_no_unknown_words():

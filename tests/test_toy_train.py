@@ -22,7 +22,7 @@ MINI = dict(
 
 def test_train_resume_and_export(tmp_path):
     from sjdbench.models.toy.model import build_toy_adapter
-    from sjdbench.models.toy.train import train_toy
+    from sjdbench.toyworld.train import train_toy
 
     meta = train_toy(tmp_path, steps=2, seed=3, threads=1, log=lambda *_: None, **MINI)
     assert meta["train"]["steps"] == 2
@@ -45,7 +45,7 @@ def test_train_resume_and_export(tmp_path):
 
 
 def test_unknown_precision_is_refused(tmp_path):
-    from sjdbench.models.toy.train import train_toy
+    from sjdbench.toyworld.train import train_toy
 
     with pytest.raises(ValueError, match="valid: bf16, fp32"):
         train_toy(tmp_path, steps=1, seed=3, threads=1, precision="fp8", log=lambda *_: None, **MINI)
@@ -53,7 +53,7 @@ def test_unknown_precision_is_refused(tmp_path):
 
 def test_fp32_and_bf16_training_agree_at_the_start(tmp_path):
     """bf16 autocast is a speed knob, not another model: one step from the same init lands close."""
-    from sjdbench.models.toy.train import train_toy
+    from sjdbench.toyworld.train import train_toy
 
     losses = {}
     for precision in ("fp32", "bf16"):
@@ -65,7 +65,7 @@ def test_fp32_and_bf16_training_agree_at_the_start(tmp_path):
 
 
 def test_devices_are_checked_before_any_work(tmp_path):
-    from sjdbench.models.toy.train import resolve_train_device, train_toy
+    from sjdbench.toyworld.train import resolve_train_device, train_toy
 
     with pytest.raises(ValueError, match="valid: auto, cpu, cuda"):
         train_toy(tmp_path, steps=1, device="tpu", log=lambda *_: None, **MINI)
@@ -80,7 +80,7 @@ def test_devices_are_checked_before_any_work(tmp_path):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_training_on_cuda_resumes_on_cpu(tmp_path):
     from sjdbench.models.toy.model import build_toy_adapter
-    from sjdbench.models.toy.train import train_toy
+    from sjdbench.toyworld.train import train_toy
 
     meta = train_toy(tmp_path, steps=2, seed=3, threads=1, device="cuda", log=lambda *_: None, **MINI)
     assert meta["train"]["device"] == "cuda"
@@ -92,8 +92,8 @@ def test_exported_weights_are_readable_by_all_and_checksummed(tmp_path):
     import stat
 
     from sjdbench.models.toy.model import verify_weights
-    from sjdbench.models.toy.train import train_toy
     from sjdbench.models.weights import recorded_checksums, sha256_file
+    from sjdbench.toyworld.train import train_toy
 
     train_toy(tmp_path, steps=1, seed=3, threads=1, log=lambda *_: None, **MINI)
     for name in ("toy_lm.safetensors", "toy_tokenizer.safetensors"):
@@ -107,7 +107,7 @@ def test_the_shipped_weights_are_never_overwritten_by_default(tmp_path, monkeypa
 
     from sjdbench.cli import app
     from sjdbench.models.toy.model import WEIGHTS_DIR
-    from sjdbench.models.toy.train import DEFAULT_OUT, train_toy
+    from sjdbench.toyworld.train import DEFAULT_OUT, train_toy
 
     before = {p.name: p.stat().st_mtime_ns for p in WEIGHTS_DIR.iterdir()}
     with pytest.raises(ValueError, match="holds the shipped toy weights; train into another folder"):

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from sjdbench.models.toy.world import MAX_CAPTION, caption, dataset, render, render_batch, sample_scene
+from sjdbench.toyworld.world import MAX_CAPTION, caption, dataset, render, render_batch, sample_scene
 
 
 def test_same_seed_same_scene():
@@ -63,8 +63,8 @@ def test_tokenizer_fit_is_seeded():
 
 
 def test_attribute_swaps_change_exactly_one_attribute():
-    from sjdbench.models.toy.clip import hard_negative_captions, swapped_captions
-    from sjdbench.models.toy.world import COLOURS, SHAPES, attribute_alternatives, caption, render_scenes
+    from sjdbench.toyworld.clip import hard_negative_captions, swapped_captions
+    from sjdbench.toyworld.world import COLOURS, SHAPES, attribute_alternatives, caption, render_scenes
 
     images, scenes = render_scenes(8, 0, 12)
     assert images.shape == (12, 64, 64, 3)

@@ -21,12 +21,12 @@ def list_choices(
         for name in groups:
             choices = group_choices(name)
             if name.startswith("decoder/"):
-                from sjdbench.decoding.registry import default_spec  # the parts' knobs: this imports torch
+                from sjdbench.decoding.registry import default_part  # the parts' knobs: this imports torch
 
                 kind = name.split("/")[1]
                 described = []
                 for choice in choices:
-                    knobs = default_spec(kind, choice).knobs()
+                    knobs = default_part(kind, choice).knobs()
                     described.append(
                         choice + (f" ({', '.join(f'{k}={v}' for k, v in knobs.items())})" if knobs else "")
                     )

@@ -24,8 +24,8 @@ def run(
     """Decode every prompt of a data set with one model and decoder; resumable."""
     from sjdbench.cli.eval import reject_eval_words
     from sjdbench.cli.migrate import note_legacy_runs
+    from sjdbench.config.resolve import resolve_run
     from sjdbench.config.schema import compose_run, to_yaml
-    from sjdbench.config.spec import resolve_run
     from sjdbench.run.runner import execute_runs
 
     try:

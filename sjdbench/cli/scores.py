@@ -100,14 +100,14 @@ def current_scores(run: Path) -> tuple[dict, dict[str, dict]]:
     protocols are current; superseded files are never shown."""
     import pandas as pd
 
-    from sjdbench.eval.evaluators.scorefile import read_score
     from sjdbench.results.runs import check_rows, read_run, read_scores
+    from sjdbench.results.scorefile import read_score_file
 
     record = check_rows(read_run(run))
     current = read_scores(pd.DataFrame([record])).current
     docs: dict[str, dict] = {}
     for row in sorted(current.to_dict("records"), key=lambda r: Path(r["file"]).stat().st_mtime):
-        doc = read_score(Path(row["file"]))
+        doc = read_score_file(Path(row["file"]))
         if doc:
             docs[row["evaluator"]] = doc
     return record, docs

@@ -34,7 +34,7 @@ def train(
 ) -> None:
     """Train the toy transformer (tokenizer fit, dataset encoding, training, export): about 40 minutes
     on 2 CPU cores. Never replaces the shipped weights unless --out points at them with --overwrite."""
-    from sjdbench.models.toy.train import SHIPPED_STEPS, train_toy
+    from sjdbench.toyworld.train import SHIPPED_STEPS, train_toy
 
     if steps is not None and minutes is not None:
         fail("give either --steps or --minutes, not both")
@@ -70,10 +70,10 @@ def train_clip(
     device: str = typer.Option("auto", "--device", help="auto (cuda when visible), cpu, cuda"),
 ) -> None:
     """Train the toy CLIP (contrastive, on fresh renders)."""
-    from sjdbench.models.toy.clip import CLIP_FILE, train_toy_clip
     from sjdbench.models.toy.model import WEIGHTS_DIR
-    from sjdbench.models.toy.train import DEFAULT_OUT, publish
     from sjdbench.models.weights import write_checksums
+    from sjdbench.toyworld.clip import CLIP_FILE, train_toy_clip
+    from sjdbench.toyworld.train import DEFAULT_OUT, publish
 
     out = out or DEFAULT_OUT
     if out.resolve() == WEIGHTS_DIR.resolve() and not overwrite:
@@ -111,8 +111,8 @@ def calibrate(
     """Measure SJD step compression, context sensitivity, toy CLIP-Score and drawn objects on held-out captions."""
     import json
 
-    from sjdbench.models.toy.calibrate import calibrate as run
-    from sjdbench.models.toy.calibrate import knob_sweep
+    from sjdbench.run.toy_calibration import calibrate as run
+    from sjdbench.run.toy_calibration import knob_sweep
 
     sampling: dict[str, Any] = {k: v for k, v in {"top_k": top_k, "cfg_scale": cfg_scale}.items() if v is not None}
     res: dict | list[dict]

@@ -11,7 +11,7 @@
 - clamped with a note after the model loads (`fit_to_model`): a window larger than any forward can
   use on this model's images (the same tokens as at the largest useful window, without allocating
   caches for slots that are never fed; env.json records `window_used`);
-- notes before any model loads (`spec_notes`, carried by the RunSpec): a data.limit beyond the
+- notes before any model loads (`spec_notes`, carried by the ResolvedRun): a data.limit beyond the
   prompt set (all prompts are used), a batch larger than the samples to decode, more threads than
   CPUs, a data.column a .txt file does not read.
 
@@ -23,18 +23,18 @@ model load, never a decode.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from sjdbench.errors import UserError
+from sjdbench.machine import cpus_available
 
 if TYPE_CHECKING:
     from sjdbench.config.schema import RunConfig
-    from sjdbench.decoding.build import DecoderSpec
+    from sjdbench.decoding.build import ResolvedDecoder
 
 
-def useful_window(spec: DecoderSpec, n_positions: int) -> int | None:
+def useful_window(spec: ResolvedDecoder, n_positions: int) -> int | None:
     """The most slots one forward of this decoder can use on images of `n_positions` positions (a
     larger window decodes the same tokens); None for a topology of one's own (not known here)."""
     topology = spec.topology
@@ -49,12 +49,12 @@ def useful_window(spec: DecoderSpec, n_positions: int) -> int | None:
     return None
 
 
-def observations_needed(spec: DecoderSpec) -> int:
+def observations_needed(spec: ResolvedDecoder) -> int:
     """Observations of a position that the growth mask needs: N + 1 for N strict increases, else N."""
     return spec.growth_steps + 1 if spec.growth_reading == "increases" else spec.growth_steps
 
 
-def fit_to_model(resolved: DecoderSpec, model_name: str, decoder: Any, adapter: Any) -> tuple[Any, list[str]]:
+def fit_to_model(resolved: ResolvedDecoder, model_name: str, decoder: Any, adapter: Any) -> tuple[Any, list[str]]:
     """The built decoder (of the resolved spec) fitted to the loaded model, and a note per change;
     UserError (one line, with the range) for growth steps the model's images cannot reach. Runs before
     anything decodes."""
@@ -88,7 +88,7 @@ def fit_to_model(resolved: DecoderSpec, model_name: str, decoder: Any, adapter: 
     return decoder, notes
 
 
-def spec_notes(config: RunConfig, spec: DecoderSpec, set_size: int, selected: int) -> list[str]:
+def spec_notes(config: RunConfig, spec: ResolvedDecoder, set_size: int, selected: int) -> list[str]:
     """Notes on settings that are legal but do not do what they say (clamped or inert), before any
     model loads. `selected`: prompts in the run's selection."""
     notes = []
@@ -101,7 +101,7 @@ def spec_notes(config: RunConfig, spec: DecoderSpec, set_size: int, selected: in
             f"batch_size={config.batch_size} but the run decodes at most {samples} sample{'s' if samples > 1 else ''}: "
             f"at most {samples} decode together (the run id keeps batch_size={config.batch_size})"
         )
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cpus = cpus_available()
     if config.threads is not None and config.threads > cpus:
         notes.append(
             f"threads={config.threads} exceeds the {cpus} CPUs this process may use: threads that wait for each "

@@ -5,8 +5,8 @@ YAML files are merged into these dataclass schemas, so unknown keys and wrong ty
 one readable line; unknown group choices list the valid ones. A decoder's parts are their own
 config groups (`decoder/verifier=lantern`, knobs as `decoder.verifier.delta=0.2`); every part is
 resolved and checked here (`check_config`). What needs files or a device (prompts, weights, the
-results folder) is checked by `sjdbench.config.spec.resolve_run`, which turns a config into the
-resolved `RunSpec` a run carries. Run identity lives in identity.py.
+results folder) is checked by `sjdbench.config.resolve.resolve_run`, which turns a config into the
+resolved `ResolvedRun` a run carries. Run identity lives in identity.py.
 
 Nothing here imports torch at module level: listing config groups stays cheap.
 """
@@ -25,9 +25,10 @@ from omegaconf.errors import OmegaConfBaseException
 from sjdbench.errors import UserError
 from sjdbench.models.options import TOP_LEVEL, fold_top_level
 from sjdbench.paths import conf_dir, config_dirs
+from sjdbench.runkey import SAMPLING_KEYS
 
 if TYPE_CHECKING:
-    from sjdbench.decoding.build import DecoderSpec
+    from sjdbench.decoding.build import ResolvedDecoder
 
 
 def _part_kinds() -> tuple[str, ...]:
@@ -305,7 +306,7 @@ def compose_run(overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
     return compose_checked(overrides)[0]
 
 
-def compose_checked(overrides: list[str] | tuple[str, ...] = ()) -> tuple[RunConfig, DecoderSpec]:
+def compose_checked(overrides: list[str] | tuple[str, ...] = ()) -> tuple[RunConfig, ResolvedDecoder]:
     """The checked run config of these overrides and the decoder that checking resolved."""
     config = to_run_config(compose_raw(list(overrides)))
     return config, check_config(config)
@@ -334,9 +335,6 @@ def check_sampling(values: dict[str, Any], where: str, image_tokens: int | None 
         )
 
 
-SAMPLING_KEYS = ("cfg_scale", "temperature", "top_k", "top_p")
-
-
 def model_sampling_options(config: RunConfig) -> dict[str, Any]:
     """Sampling defaults set through model.options (e.g. the toy's model.options.top_k)."""
     return {k: v for k, v in dict(config.model.options).items() if k in SAMPLING_KEYS and isinstance(v, (int, float))}
@@ -348,7 +346,7 @@ BOUNDED_KNOBS: dict[tuple[str, str, str], tuple[float, float, str]] = {
 }
 
 
-def check_knobs(spec: DecoderSpec) -> None:
+def check_knobs(spec: ResolvedDecoder) -> None:
     """Every knob of every part and nested part: NaN or inf in a float knob (a NaN slips through every
     `x < 0` range check of the parts' own), and knobs of BOUNDED_KNOBS outside their range, in one
     line with the range."""
@@ -368,7 +366,7 @@ def check_knobs(spec: DecoderSpec) -> None:
         visit(part, f"decoder.{kind}")
 
 
-def check_config(config: RunConfig) -> DecoderSpec:
+def check_config(config: RunConfig) -> ResolvedDecoder:
     """Checks Hydra cannot make: value ranges and part names. Returns the decoder it resolved (every
     part with its knobs checked), so a caller that goes on to run it need not resolve it again."""
     spec = decoder_spec(config)
@@ -394,9 +392,9 @@ def check_config(config: RunConfig) -> DecoderSpec:
     return spec
 
 
-def decoder_spec(config: RunConfig) -> DecoderSpec:
+def decoder_spec(config: RunConfig) -> ResolvedDecoder:
     """The resolved decoder of a run config (its parts, typed and checked). A run resolves it once,
-    in `resolve_run`, and carries it in its `RunSpec`."""
+    in `resolve_run`, and carries it in its `ResolvedRun`."""
     from sjdbench.decoding.build import resolve_decoder
 
     return resolve_decoder(config.decoder)

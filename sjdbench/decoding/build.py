@@ -1,4 +1,4 @@
-"""From a decoder config to a `DecoderSpec` (resolved parts: what run ids hash and labels name) and
+"""From a decoder config to a `ResolvedDecoder` (resolved parts: what run ids hash and labels name) and
 from a spec to a runnable `Decoder` (parts built against a model).
 
 Resolution happens at config time, before any model loads, so every unknown part, unknown knob and
@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from sjdbench.decoding.loop import Decoder
 from sjdbench.decoding.parts import KINDS, Verifier
-from sjdbench.decoding.registry import PartSpec, default_spec, resolve_part
+from sjdbench.decoding.registry import ResolvedPart, default_part, resolve_part
 from sjdbench.errors import UserError
 
 GROWTH_READINGS = ("increases", "observations")
@@ -27,12 +27,12 @@ DEFAULT_TOPOLOGY = "chain"  # a decoder config that names no topology has SJD's 
 
 
 @dataclass(frozen=True)
-class DecoderSpec:
+class ResolvedDecoder:
     window: int
-    proposal: PartSpec
-    verifier: PartSpec
-    init: PartSpec
-    topology: PartSpec  # resolve_decoder always sets it (chain when the config names none)
+    proposal: ResolvedPart
+    verifier: ResolvedPart
+    init: ResolvedPart
+    topology: ResolvedPart  # resolve_decoder always sets it (chain when the config names none)
     growth_steps: int = 3
     growth_reading: str = "increases"
     trace_positions: int = 8
@@ -45,7 +45,7 @@ class DecoderSpec:
     def greedy(self) -> bool:
         return bool(cast(type[Verifier], self.verifier.cls).greedy)
 
-    def parts(self) -> dict[str, PartSpec]:
+    def parts(self) -> dict[str, ResolvedPart]:
         return {kind: getattr(self, kind) for kind in KINDS}
 
     def lossless(self) -> bool:
@@ -86,7 +86,7 @@ class DecoderSpec:
                     )
             return notes
         for kind, part in self.parts().items():
-            defaults = default_spec(kind, part.name).config
+            defaults = default_part(kind, part.name).config
             for knob in sorted(part.config.unused()):
                 if getattr(part.config, knob) != getattr(defaults, knob):
                     notes.append(
@@ -110,7 +110,7 @@ class DecoderSpec:
         )
 
 
-def resolve_decoder(config: Any) -> DecoderSpec:
+def resolve_decoder(config: Any) -> ResolvedDecoder:
     """The spec of a `DecoderConfig` (or any object with its fields); UserError on bad input."""
     if config.window < 1:
         raise UserError(f"decoder.window must be >= 1, got {config.window}")
@@ -126,7 +126,7 @@ def resolve_decoder(config: Any) -> DecoderSpec:
     if not raw["topology"]:
         raw["topology"] = DEFAULT_TOPOLOGY
     parts = {kind: resolve_part(kind, raw[kind], f"decoder.{kind}") for kind in KINDS}
-    return DecoderSpec(
+    return ResolvedDecoder(
         config.window,
         growth_steps=config.growth_steps,
         growth_reading=config.growth_reading,

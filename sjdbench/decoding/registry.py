@@ -1,4 +1,4 @@
-"""The registry of decoder parts: from a config (a name plus knobs) to a typed, checked `PartSpec`,
+"""The registry of decoder parts: from a config (a name plus knobs) to a typed, checked `ResolvedPart`,
 and from a spec to a built part.
 
 A part is one file holding its config dataclass (its knobs: name, type, default and range check,
@@ -22,7 +22,7 @@ import yaml
 from sjdbench.decoding.parts import KINDS, Part, PartConfig
 from sjdbench.errors import UserError
 
-__all__ = ["KINDS", "PartSpec", "default_spec", "part_choices", "part_yaml", "resolve_part"]
+__all__ = ["KINDS", "ResolvedPart", "default_part", "part_choices", "part_yaml", "resolve_part"]
 
 
 def config_dirs() -> list[Path]:
@@ -65,14 +65,14 @@ def _fmt(value: Any) -> str:
 
 
 @dataclass(frozen=True)
-class PartSpec:
+class ResolvedPart:
     """A resolved part: its kind, registered name, class and typed knobs (children: nested parts)."""
 
     kind: str
     name: str
     target: str
     config: PartConfig
-    children: dict[str, PartSpec] = field(default_factory=dict)
+    children: dict[str, ResolvedPart] = field(default_factory=dict)
 
     @property
     def cls(self) -> type[Part]:
@@ -88,11 +88,11 @@ class PartSpec:
         """What run ids hash: the part's name, the knobs it reads, and its nested parts."""
         return {"name": self.name, **self.knobs(), **{k: c.identity() for k, c in self.children.items()}}
 
-    def label_knobs(self, reference: PartSpec | None = None) -> list[str]:
+    def label_knobs(self, reference: ResolvedPart | None = None) -> list[str]:
         """'knob=value' for every knob that differs from `reference` (the same part in the preset),
         or from this part's own defaults when there is no such reference."""
         if reference is None or reference.name != self.name:
-            reference = default_spec(self.kind, self.name)
+            reference = default_part(self.kind, self.name)
         theirs = reference.knobs()
         out = [f"{self.config.symbols.get(k, k)}={_fmt(v)}" for k, v in self.knobs().items() if theirs.get(k) != v]
         for key, child in self.children.items():
@@ -117,11 +117,11 @@ class PartSpec:
         return self.cls.build(self.config, model, **children)
 
 
-def default_spec(kind: str, name: str) -> PartSpec:
+def default_part(kind: str, name: str) -> ResolvedPart:
     return resolve_part(kind, {"name": name}, f"decoder.{kind}")
 
 
-def resolve_part(kind: str, raw: Any, where: str) -> PartSpec:
+def resolve_part(kind: str, raw: Any, where: str) -> ResolvedPart:
     """A part from its config: a name, or a dict with `name` (and optionally `_target_`) plus knobs.
 
     The part's YAML supplies `_target_` and default knobs; the given keys win. Unknown knobs, bad
@@ -165,7 +165,7 @@ def resolve_part(kind: str, raw: Any, where: str) -> PartSpec:
         config.check()
     except UserError as error:  # checks name the knob ("delta must be >= 0"); add where it lives
         raise UserError(f"{where}.{error}") from None
-    return PartSpec(kind, str(name), target, config, children)
+    return ResolvedPart(kind, str(name), target, config, children)
 
 
 def _typed(config_cls: type, values: dict, where: str) -> PartConfig:

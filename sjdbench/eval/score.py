@@ -26,16 +26,16 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 
-from sjdbench.config.identity import SampleFacts
 from sjdbench.errors import UserError
 from sjdbench.eval.evaluators import COCO, EVALUATORS, TOY, evaluator_class
 from sjdbench.eval.evaluators.base import Evaluator, Refused, RunView, SampleMetric, SetMetric, open_run
-from sjdbench.eval.evaluators.scorefile import SCHEMA, protocol_hash, read_score, score_path, write_score
 from sjdbench.eval.evaluators.settings import EvalConfig
 from sjdbench.eval.metrics.bootstrap import bootstrap_ci, prompt_groups
 from sjdbench.results.files import samples_sha
 from sjdbench.results.pairing import find_baseline, find_noise_floor, pair_key
 from sjdbench.results.runs import runs_frame
+from sjdbench.results.scorefile import SCHEMA, protocol_hash, read_score_file, score_path, write_score
+from sjdbench.runkey import SampleFacts
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def evaluators_for(run: RunView, config: EvalConfig) -> list[str]:
 def library_versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
-    from sjdbench.run.machine import git_commit
+    from sjdbench.machine import git_commit
 
     out: dict[str, str | None] = {}
     for package in ("torch", "numpy", "scipy", "torchmetrics", "torch-fidelity", "open_clip_torch", "pillow"):
@@ -332,7 +332,7 @@ def score_run(run: RunView, name: str, config: EvalConfig) -> ScoreOutcome:
         return ScoreOutcome(run.run_id, name, "refused", message=str(refusal))
     digest = protocol_hash(protocol)
     path = score_path(run.dir, name, digest)
-    existing = read_score(path)
+    existing = read_score_file(path)
     schema = existing.get("schema") if existing else None
     if isinstance(schema, int) and schema > SCHEMA:
         message = f"{path} was written by a newer sjdbench (score schema {schema}); upgrade sjdbench, it is left alone"

@@ -18,7 +18,7 @@ from sjdbench.adapter import SegmentLayout
 from sjdbench.models.llama import Llama, LlamaConfig
 from sjdbench.models.llama_adapter import EOI, EOL, LlamaImageAdapter, vocab_size_for
 from sjdbench.models.options import ModelOptions
-from sjdbench.models.registry import ModelSpec
+from sjdbench.models.registry import ModelEntry
 
 
 @dataclass
@@ -76,4 +76,4 @@ def build_debug_adapter(device: str = "cpu", **options) -> LlamaImageAdapter:
     return build(DebugOptions.from_dict(options), device)
 
 
-SPEC = ModelSpec(DebugOptions, build, image_tokens=lambda options: options.n_codes)
+SPEC = ModelEntry(DebugOptions, build, image_tokens=lambda options: options.n_codes)

@@ -31,7 +31,7 @@ from sjdbench.models import hf_common
 from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.images import to_uint8
 from sjdbench.models.options import CheckpointOptions
-from sjdbench.models.registry import ModelSpec
+from sjdbench.models.registry import ModelEntry
 from sjdbench.models.windowed import WindowedAdapter
 
 HUB = "BAAI/Emu3-Gen-hf"
@@ -270,6 +270,6 @@ def emu3_weights_dir(path: str | None):
     return root
 
 
-SPEC = ModelSpec(
+SPEC = ModelEntry(
     Emu3Options, build, fingerprint=lambda o: o.fingerprint(lambda: emu3_weights_dir(o.path).glob("*.safetensors"))
 )

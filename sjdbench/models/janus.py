@@ -26,7 +26,7 @@ from sjdbench.models import hf_common
 from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.images import to_uint8
 from sjdbench.models.options import CheckpointOptions
-from sjdbench.models.registry import ModelSpec
+from sjdbench.models.registry import ModelEntry
 from sjdbench.models.windowed import WindowedAdapter
 
 HUB = {"1B": "deepseek-community/Janus-Pro-1B", "7B": "deepseek-community/Janus-Pro-7B"}
@@ -218,7 +218,7 @@ def janus_weights_dir(path: str | None, size: str):
     return root
 
 
-SPEC = ModelSpec(
+SPEC = ModelEntry(
     JanusOptions,
     build,
     fingerprint=lambda o: o.fingerprint(lambda: janus_weights_dir(o.path, o.size).glob("*.safetensors")),

@@ -31,7 +31,7 @@ from sjdbench.models.captions import clean_caption
 from sjdbench.models.images import to_uint8
 from sjdbench.models.llamagen_gpt import GPTConfig, LlamaGenGPT, config_from_state
 from sjdbench.models.options import CheckpointOptions
-from sjdbench.models.registry import ModelSpec
+from sjdbench.models.registry import ModelEntry
 from sjdbench.models.vq16 import VQ16, VQ16Config
 from sjdbench.models.vq_blocks import load_exact, read_checkpoint
 from sjdbench.models.windowed import WindowedAdapter
@@ -233,4 +233,6 @@ def weight_files(options: LlamaGenOptions) -> list[Path]:
     return [root / GPT_FILES[options.resolution], root / VQ_FILE, *t5_root.glob("*.safetensors")]
 
 
-SPEC = ModelSpec(LlamaGenOptions, build, fingerprint=lambda options: options.fingerprint(lambda: weight_files(options)))
+SPEC = ModelEntry(
+    LlamaGenOptions, build, fingerprint=lambda options: options.fingerprint(lambda: weight_files(options))
+)

@@ -38,7 +38,7 @@ from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.chameleon import ChameleonLM, ChameleonLMConfig
 from sjdbench.models.images import to_uint8
 from sjdbench.models.options import CheckpointOptions
-from sjdbench.models.registry import ModelSpec
+from sjdbench.models.registry import ModelEntry
 from sjdbench.models.vq_blocks import load_exact
 from sjdbench.models.vqgan import ChameleonVQGAN, VQGANConfig
 from sjdbench.models.windowed import WindowedAdapter
@@ -296,4 +296,4 @@ def weight_files(options: LuminaOptions) -> list[Path]:
     return [*root.glob("*.safetensors"), vq_root / "vqgan.ckpt"]
 
 
-SPEC = ModelSpec(LuminaOptions, build, fingerprint=lambda options: options.fingerprint(lambda: weight_files(options)))
+SPEC = ModelEntry(LuminaOptions, build, fingerprint=lambda options: options.fingerprint(lambda: weight_files(options)))

@@ -27,7 +27,7 @@ def _nothing_to_check(options: Any) -> None:
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelEntry:
     """One model, registered once."""
 
     options: type[ModelOptions]  # its options: the shared ones plus its own, with its defaults and choices
@@ -47,7 +47,7 @@ class ModelSpec:
         return self.build(self.options.from_dict(options), device)
 
 
-SPECS: dict[str, ModelSpec] = {}  # loaded specs, by name
+ENTRIES: dict[str, ModelEntry] = {}  # loaded specs, by name
 
 
 def model_names() -> list[str]:
@@ -57,10 +57,10 @@ def model_names() -> list[str]:
     return sorted({p.stem for root in config_dirs() for p in (root / "model").glob("*.yaml")})
 
 
-def spec(name: str) -> ModelSpec:
-    """The spec of model `name` (UserError for unknown models or modules that do not load)."""
-    if name in SPECS:
-        return SPECS[name]
+def entry(name: str) -> ModelEntry:
+    """The registry entry of model `name` (UserError for unknown models or modules that do not load)."""
+    if name in ENTRIES:
+        return ENTRIES[name]
     names = model_names()
     if name not in names:
         raise UserError(f"unknown model '{name}'; choose one of: {', '.join(names)}")
@@ -69,16 +69,16 @@ def spec(name: str) -> ModelSpec:
     except ImportError as error:
         raise UserError(f"model '{name}' cannot be loaded: {error}") from None
     found = getattr(module, "SPEC", None)
-    if not isinstance(found, ModelSpec):
+    if not isinstance(found, ModelEntry):
         raise UserError(f"model '{name}' cannot be loaded: sjdbench.models.{name} defines no SPEC")
-    SPECS[name] = found
+    ENTRIES[name] = found
     return found
 
 
 def model_options(name: str, options: dict[str, Any]) -> ModelOptions:
     """A run's `model.options` as the model's options object: unknown keys and values outside the
     choices are one line naming the valid ones, before anything loads."""
-    model = spec(name)
+    model = entry(name)
     try:
         return model.options.from_dict(options)
     except (ValueError, TypeError) as error:
@@ -97,21 +97,21 @@ def weights_fingerprint(name: str, options: dict[str, Any]) -> str | None:
     models or missing files (as loading would)."""
     resolved = model_options(name, options)
     try:
-        return spec(name).fingerprint(resolved)
+        return entry(name).fingerprint(resolved)
     except (ValueError, FileNotFoundError) as error:  # missing or unreachable weights
         raise UserError(f"model '{name}': {error}") from None
 
 
 def verify_weights(name: str, options: dict[str, Any]) -> None:
     """Raise a one-line UserError naming a missing, truncated, corrupt or mismatched weight file."""
-    spec(name).verify(model_options(name, options))
+    entry(name).verify(model_options(name, options))
 
 
 def image_token_count(name: str, options: dict[str, Any]) -> int | None:
     """How many image tokens the model samples from, without loading it (None: not known before)."""
     resolved = model_options(name, options)
     try:
-        count = spec(name).image_tokens(resolved)
+        count = entry(name).image_tokens(resolved)
     except FileNotFoundError as error:
         raise UserError(f"model '{name}': {error}") from None
     return None if count is None else int(count)
@@ -120,7 +120,7 @@ def image_token_count(name: str, options: dict[str, Any]) -> int | None:
 def build_adapter(name: str, options: dict[str, Any], device: str) -> Any:
     resolved = model_options(name, options)
     try:
-        return spec(name).build(resolved, device)
+        return entry(name).build(resolved, device)
     except (ValueError, FileNotFoundError) as error:  # bad option values, missing weights
         raise UserError(f"model '{name}': {_first_line(error)}") from None
     except RuntimeError as error:  # a state dict that does not fit the model (after the checks above)

@@ -110,13 +110,13 @@ def _symbols() -> dict[str, str]:
     global _SYMBOLS
     if _SYMBOLS is None:
         _SYMBOLS = {}
-        from sjdbench.decoding.registry import default_spec, part_choices
+        from sjdbench.decoding.registry import default_part, part_choices
         from sjdbench.errors import UserError
 
         for kind in KINDS:
             for name in part_choices(kind):
                 try:
-                    _SYMBOLS.update(default_spec(kind, name).config.symbols)
+                    _SYMBOLS.update(default_part(kind, name).config.symbols)
                 except UserError:  # a user's part that fails to import must not stop a report
                     continue
     return _SYMBOLS

@@ -5,7 +5,7 @@ The pairing key of a run is the id of the AR run with the same `SampleFacts` (mo
 weights fingerprint, prompt set and its hash, sampling, seed, samples per prompt, device type:
 everything that determines AR's samples), i.e. the run `sjdbench run decoder=ar` with the same
 settings gets and the baseline a sweep adds (config.identity.ar_run_id). It is computed the same
-way for a planned run (from its RunSpec) and a stored one (from its files), so sweeps group, and
+way for a planned run (from its ResolvedRun) and a stored one (from its files), so sweeps group, and
 report and eval find, the same baseline.
 
 - Baseline (`find_baseline`): a usable AR run with the run's key and, where both record it, the
@@ -31,8 +31,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from sjdbench.config.identity import SampleFacts, ar_run_id
 from sjdbench.results.store import USABLE
+from sjdbench.runkey import SampleFacts, ar_run_id
 
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0  # fixed: the same store gives the same numbers

@@ -20,9 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sjdbench.config.identity import SampleFacts
 from sjdbench.errors import UserError
-from sjdbench.eval.evaluators.scorefile import SCHEMA as SCORE_SCHEMA
 from sjdbench.results.decoders import flatten_spec, is_ar, is_greedy, is_lossless, part_chain
 from sjdbench.results.files import (
     ENV_TYPES,
@@ -35,8 +33,10 @@ from sjdbench.results.files import (
     samples_sha,
 )
 from sjdbench.results.pairing import find_baseline, pair_all, pair_key, timing_of
+from sjdbench.results.scorefile import SCORE_TYPES, score_problem, score_record
 from sjdbench.results.store import SCHEMA, USABLE, RunStore, check_marker, newer_text, read_jsonl, run_status
 from sjdbench.results.summary import STAT_FIELDS, summarize
+from sjdbench.runkey import SampleFacts
 
 log = logging.getLogger(__name__)
 
@@ -331,70 +331,6 @@ SCORE_COLUMNS = [
 ]
 
 
-def _ci(pair: Any) -> tuple[float | None, float | None]:
-    if isinstance(pair, (list, tuple)) and len(pair) == 2:
-        return pair[0], pair[1]
-    return None, None
-
-
-SCORE_TYPES: dict[str, tuple[type, ...]] = {
-    "schema": (int,),
-    "evaluator": (str,),
-    "metric": (str,),
-    "value": (int, float),
-    "n": (int,),
-    "protocol": (dict,),
-    "lower_is_better": (bool,),
-    "ci95": (list, type(None)),
-    "paired_vs_ar": (dict, type(None)),
-    "noise_floor": (dict, type(None)),
-}
-
-
-def score_problem(doc: dict) -> str | None:
-    """Why a JSON object is not a score file this sjdbench reads (None: it is one)."""
-    schema = doc.get("schema")
-    if isinstance(schema, int) and schema > SCORE_SCHEMA:
-        return f"was written by a newer sjdbench (score schema {schema}; this one reads {SCORE_SCHEMA}); upgrade it"
-    if schema != SCORE_SCHEMA or "value" not in doc or "evaluator" not in doc:
-        return f"is not a score file (schema {SCORE_SCHEMA} with evaluator and value)"
-    return None
-
-
-def read_score(path: Path, run_id: str) -> dict | None:
-    """One score file as a flat record; None when it is damaged or of another schema (`read_scores`
-    says which)."""
-    read = read_json(path, SCORE_TYPES)
-    doc = read.doc
-    if doc is None or score_problem(doc):
-        return None
-    lo, hi = _ci(doc.get("ci95"))
-    paired = doc.get("paired_vs_ar") or {}
-    delta_lo, delta_hi = _ci(paired.get("ci95"))
-    floor = doc.get("noise_floor") or {}
-    return {
-        "run_id": doc.get("run_id", run_id),
-        "evaluator": doc["evaluator"],
-        "metric": doc.get("metric", doc["evaluator"]),
-        "lower_is_better": bool(doc.get("lower_is_better", False)),
-        "value": doc["value"],
-        "ci_lo": lo,
-        "ci_hi": hi,
-        "n": doc.get("n"),
-        "protocol_hash": doc.get("protocol_hash", path.stem.rpartition("-")[2]),
-        "ar_run_id": paired.get("ar_run_id"),
-        "delta": paired.get("delta"),
-        "delta_lo": delta_lo,
-        "delta_hi": delta_hi,
-        "n_pairs": paired.get("n_pairs"),
-        "noise_floor": floor.get("value"),
-        "noise_floor_how": floor.get("how"),
-        "per_sample": doc.get("per_sample"),
-        "file": str(path),
-        "samples_sha256": (doc.get("protocol") or {}).get("samples_sha256"),
-    }
-
-
 def is_current(score: dict, run: dict) -> bool:
     """Whether a score is of the samples its run holds now: the samples' hash it records (or, for
     score files that record none, their count) equals the run's. A run that grew after it was
@@ -427,8 +363,8 @@ def read_scores(runs: pd.DataFrame) -> Scores:
             if problem:
                 damaged.append(f"{path} {problem}")
                 continue
-            record = read_score(path, run["run_id"])
-            assert record is not None  # the file was checked to be a score file just above
+            assert read.doc is not None  # no problem: the file is a score document
+            record = score_record(read.doc, path, run["run_id"])
             (records if is_current(record, run) else stale).append(record)
     current = pd.DataFrame.from_records(records, columns=SCORE_COLUMNS)
     fresh = {(r["run_id"], r["evaluator"]) for r in records}

@@ -2,9 +2,9 @@
 (prompt, sample) not yet stored, and write rows, images and the summary. Re-running the same
 command resumes; a complete run is reported, not redone.
 
-Everything that can be wrong with the input is checked by `sjdbench.config.spec.resolve_run` before
+Everything that can be wrong with the input is checked by `sjdbench.config.resolve.resolve_run` before
 any model loads (prompt file, device, weight files, sampling ranges, results folder, store schema),
-so a typo costs a second, not a model load; the runner works from the `RunSpec` it returns. Each
+so a typo costs a second, not a model load; the runner works from the `ResolvedRun` it returns. Each
 sample is timed by `timed_decode` (device-synchronised, with the machine's state); `make bench`
 times through the same function.
 
@@ -38,16 +38,16 @@ import torch
 
 from sjdbench.adapter import Sampling
 from sjdbench.config.ranges import fit_to_model
+from sjdbench.config.resolve import ResolvedRun, resolve_run
 from sjdbench.config.schema import RunConfig, check_sampling, to_yaml
-from sjdbench.config.spec import RunSpec, resolve_run
 from sjdbench.data.prompts import Prompt
 from sjdbench.decoding.build import resolved_settings
 from sjdbench.decoding.loop import Decoder, DecodeResult, Request, jacobi_decode, jacobi_decode_batch
 from sjdbench.errors import Interrupted, NonFiniteLogits, UserError
+from sjdbench.machine import apply_threads, environment, load_1m, snapshot
 from sjdbench.models.registry import build_adapter
 from sjdbench.results.store import SCHEMA, RunLocked, RunStore, StoreError, save_png
 from sjdbench.results.summary import summarize
-from sjdbench.run.machine import apply_threads, environment, load_1m, snapshot
 from sjdbench.run.reporting import Reporter
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ def decode_stream(
         yield Decoded(request.key, result, seed, images, spent, snapshot(device, load_before), peak)
 
 
-def load_adapter(spec: RunSpec, reporter: Reporter) -> Any:
+def load_adapter(spec: ResolvedRun, reporter: Reporter) -> Any:
     """The run's model, built on its device (the one model load of a run or a group of runs)."""
     config = spec.config
     reporter.model_loading(config.model.name, spec.device)
@@ -169,7 +169,7 @@ class RunWriter:
     """One run open for writing (its lock held by the caller): the decoder built against the
     model, rows appended as samples finish."""
 
-    def __init__(self, spec: RunSpec, adapter: Any, timing: dict) -> None:
+    def __init__(self, spec: ResolvedRun, adapter: Any, timing: dict) -> None:
         self.spec = spec
         self.store = spec.store()
         self.adapter = adapter
@@ -272,7 +272,7 @@ class RunWriter:
         return RunOutcome(self.spec.run_id, str(self.store.dir), status, summary, self.new)
 
 
-def summary_of(spec: RunSpec, rows: list[dict]) -> dict:
+def summary_of(spec: ResolvedRun, rows: list[dict]) -> dict:
     """The run's summary over every row present; complete only when the whole prompt set is done
     (its fields are listed in sjdbench.results.summary.SUMMARY_FIELDS)."""
     config = spec.config
@@ -303,7 +303,7 @@ def summary_of(spec: RunSpec, rows: list[dict]) -> dict:
     }
 
 
-def write_summary(spec: RunSpec, store: RunStore) -> dict:
+def write_summary(spec: ResolvedRun, store: RunStore) -> dict:
     return store.write_summary(lambda rows: summary_of(spec, rows))
 
 
@@ -312,7 +312,7 @@ def new_timing(mode: str) -> dict:
 
 
 def execute_runs(
-    specs: list[RunSpec],
+    specs: list[ResolvedRun],
     adapter: Any = None,
     reporter: Optional[Reporter] = None,
     timing_mode: str = "single",
@@ -383,7 +383,7 @@ def execute_runs(
         return [by_id[spec.run_id] for spec in everyone]
 
 
-def _lock(locks, specs: list[RunSpec], keep_going: bool, aside: dict, reporter: Reporter) -> list[RunSpec]:
+def _lock(locks, specs: list[ResolvedRun], keep_going: bool, aside: dict, reporter: Reporter) -> list[ResolvedRun]:
     """Take each run's write lock. A run another process is writing is refused (RunLocked); with
     `keep_going` (a sweep) it is skipped with its line and the others go on: one run's lock never
     fails another run. The repairs each lock's holder made (store.RunStore.writer) are reported."""
@@ -404,7 +404,7 @@ def _lock(locks, specs: list[RunSpec], keep_going: bool, aside: dict, reporter: 
 
 
 def _writers(
-    specs: list[RunSpec], adapter: Any, timing: dict, keep_going: bool, aside: dict, reporter: Reporter
+    specs: list[ResolvedRun], adapter: Any, timing: dict, keep_going: bool, aside: dict, reporter: Reporter
 ) -> list[RunWriter]:
     """A writer per run; with `keep_going`, a run whose settings do not fit the loaded model
     (config.ranges.fit_to_model) fails on its own, with its line, and the others go on."""

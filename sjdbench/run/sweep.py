@@ -4,7 +4,7 @@ executor (local, submitit/Slurm, Ray), resumable at the run and prompt level.
     sjdbench sweep decoder=sjd,sjd_vp decoder.window=16,32,64 model=toy data=toy
     sjdbench sweep +sweep=window data.limit=8 --dry-run
 
-Every grid point is composed and checked (everything `config.spec.resolve_run` checks: prompts,
+Every grid point is composed and checked (everything `config.resolve.resolve_run` checks: prompts,
 device, weights, sampling ranges, results folder) before anything runs; the AR baseline of every
 (model, data, seed, sampling) in the grid is added automatically (needed for speedups). A sweep is
 keyed by its set of run ids, so re-running the same command finds the same `sweep.yaml`, skips
@@ -35,15 +35,15 @@ from typing import Callable, Optional, cast
 
 import yaml
 
+from sjdbench.config.resolve import ResolvedRun, resolve_run
 from sjdbench.config.schema import RunConfig, available_groups, compose_run, group_choices, normalize_overrides
-from sjdbench.config.spec import RunSpec, resolve_run
 from sjdbench.errors import UserError
+from sjdbench.machine import apply_threads
 from sjdbench.paths import conf_dir
 from sjdbench.results.pairing import pair_key
 from sjdbench.results.root import results_root
 from sjdbench.results.runs import speedups
 from sjdbench.results.store import RunLocked, RunStore, atomic_write_json, atomic_write_text
-from sjdbench.run.machine import apply_threads
 from sjdbench.run.reporting import Reporter
 from sjdbench.run.runner import TIMING_MODES, RunOutcome, execute_runs, load_adapter, write_summary
 
@@ -55,7 +55,7 @@ SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
 @dataclass
 class GridPoint:
     overrides: list[str]
-    spec: RunSpec  # the point's run, checked and resolved
+    spec: ResolvedRun  # the point's run, checked and resolved
     baseline: bool = False  # added automatically as the AR reference
     remote_gpus: Optional[int] = None  # runs as a Slurm job with that many GPUs (device resolved as there)
 
@@ -263,13 +263,13 @@ def run_job(job: list[list[str]], timing: str) -> list[dict]:
     return [{"run_id": o.run_id, "status": o.status, "error": o.error, "new_samples": o.new_samples} for o in outcomes]
 
 
-def _model_key(spec: RunSpec) -> str:
+def _model_key(spec: ResolvedRun) -> str:
     """Runs that can share one loaded model."""
     config = spec.config
     return yaml.safe_dump({"name": config.model.name, "options": dict(config.model.options), "device": spec.device})
 
 
-def _job_key(spec: RunSpec) -> str:
+def _job_key(spec: ResolvedRun) -> str:
     """Runs timed side by side in one paired job: those compared with each other (one pairing key,
     results.pairing), on one loaded model with one thread setting, and of one shard."""
     return yaml.safe_dump(
@@ -283,7 +283,7 @@ def _job_key(spec: RunSpec) -> str:
 
 
 def run_group(
-    specs: list[RunSpec], timing: str, adapters: dict, reporter: Optional[Reporter] = None
+    specs: list[ResolvedRun], timing: str, adapters: dict, reporter: Optional[Reporter] = None
 ) -> list[RunOutcome]:
     """Runs of one model: paired (interleaved prompt by prompt) or one after another. `adapters`
     caches loaded models by model key across groups; a failed run never stops the others."""

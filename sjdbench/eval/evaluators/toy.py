@@ -18,13 +18,13 @@ CHUNK = 256  # images per batch through the toy CLIP
 
 
 def _weights_dir(run) -> Path:
-    from sjdbench.models.toy.clip import WEIGHTS_DIR
+    from sjdbench.toyworld.clip import WEIGHTS_DIR
 
     return Path(run.config.model.options.get("weights_dir") or WEIGHTS_DIR)
 
 
 def toy_clip_protocol(run) -> dict:
-    from sjdbench.models.toy.clip import CLIP_FILE, CLIP_META, CONTEXT_LENGTH, MEAN, STD
+    from sjdbench.toyworld.clip import CLIP_FILE, CLIP_META, CONTEXT_LENGTH, MEAN, STD
 
     folder = _weights_dir(run)
     if not (folder / CLIP_META).exists():
@@ -55,7 +55,7 @@ class ToyClipScore(SampleMetric):
         return {**toy_clip_protocol(self.run), "score": "100 * max(cos, 0) per sample, mean over samples"}
 
     def measure(self, samples: list[Sample]) -> np.ndarray:
-        from sjdbench.models.toy.clip import load_toy_clip
+        from sjdbench.toyworld.clip import load_toy_clip
 
         clip = load_toy_clip(_weights_dir(self.run))
         images = self.images(samples)
@@ -67,7 +67,7 @@ class ToyClipScore(SampleMetric):
         return np.concatenate(scores).astype(np.float64)[:, None]
 
     def extra(self, vectors: np.ndarray) -> dict:
-        from sjdbench.models.toy.clip import CONTEXT_LENGTH, load_toy_clip
+        from sjdbench.toyworld.clip import CONTEXT_LENGTH, load_toy_clip
 
         clip = load_toy_clip(_weights_dir(self.run))
         lengths = [len(clip.bpe.encode(s.text)) + 2 for s in self.run.samples]  # + start and end tokens
@@ -90,7 +90,7 @@ class ToyFrechet(SetMetric):
         return {**toy_clip_protocol(self.run), "features": "L2-normalised toy-CLIP image embeddings (64-d)"}
 
     def measure(self, samples: list[Sample]) -> np.ndarray:
-        from sjdbench.models.toy.clip import load_toy_clip
+        from sjdbench.toyworld.clip import load_toy_clip
 
         images = self.images(samples)
         _check_toy_images(images, self.name)
@@ -99,7 +99,7 @@ class ToyFrechet(SetMetric):
     def reference(self) -> Reference:
         from sjdbench.eval.evaluators.references import cached_reference
         from sjdbench.eval.evaluators.toy_scenes import NotAToyCaption, reference_renders
-        from sjdbench.models.toy.clip import load_toy_clip
+        from sjdbench.toyworld.clip import load_toy_clip
 
         captions = sorted({s.prompt_id: s.text for s in self.run.samples}.items())
         k, seed = self.settings.toy.renders_per_caption, self.settings.toy.reference_seed
@@ -141,7 +141,7 @@ OBJECT_FIELDS = ("objects", "present", "shape", "colour", "positioned", "cell")
 
 
 def _nearest_cell(centre: tuple[float, float]) -> tuple[int, int]:
-    from sjdbench.models.toy.world import CELL_CENTRES
+    from sjdbench.toyworld.world import CELL_CENTRES
 
     centres = np.asarray(CELL_CENTRES)
     return int(np.abs(centres - centre[0]).argmin()), int(np.abs(centres - centre[1]).argmin())
@@ -156,8 +156,8 @@ def object_counts(image: np.ndarray, caption: str) -> np.ndarray:
     absolute position, the region of its colour lies in that cell of the 3x3 layout.
     """
     from sjdbench.eval.evaluators.toy_scenes import parse_caption
-    from sjdbench.models.toy.objects import find_object
-    from sjdbench.models.toy.world import COLOURS
+    from sjdbench.toyworld.objects import find_object
+    from sjdbench.toyworld.world import COLOURS
 
     parsed = parse_caption(caption)
     found = {c: find_object(image, c) for c in COLOURS if c != parsed.background_colour}
@@ -186,10 +186,10 @@ class ToyObjects(SampleMetric):
     cache_kind = "toy_objects"
 
     def measure_protocol(self) -> dict:
-        from sjdbench.models.toy import objects
+        from sjdbench.toyworld import objects
 
         return {
-            "finder": "sjdbench.models.toy.objects.find_object (colour regions matched to the world's shape masks)",
+            "finder": "sjdbench.toyworld.objects.find_object (colour regions matched to the world's shape masks)",
             "finder_sha256": file_sha256(Path(objects.__file__)),
             "headline": "objects whose colour region has the captioned shape / objects (pooled over the run)",
         }

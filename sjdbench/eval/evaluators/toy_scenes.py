@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sjdbench.models.toy import world
+from sjdbench.toyworld import world
 
 RELATIONS = ("left of", "right of", "above", "below")
 RELATION_PROBABILITY = 0.6  # world._draw_scene: a later object aligned with the previous one gets a relation

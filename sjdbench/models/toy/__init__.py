@@ -1,9 +1,9 @@
-"""The embedded toy model: procedural world, k-means patch tokenizer, trained transformer, toy CLIP.
+"""The embedded toy model as an adapter: k-means patch tokenizer, word-level caption encoder and the
+trained transformer, loaded from the shipped weights (`weights/`).
 
-Entry points: `sjdbench.models.toy.model.build_toy_adapter`, `sjdbench.models.toy.clip.load_toy_clip`,
-`sjdbench.models.toy.train.train_toy`, `sjdbench.models.toy.world.dataset`. See docs/TOY.md.
-The model registry finds the toy's `SPEC` here; it is imported from `model.py` only when asked for,
-so the world, tokenizer and CLIP modules load without the transformer.
+Entry point: `sjdbench.models.toy.model.build_toy_adapter`. The world it was trained on, its trainer
+and the toy CLIP live in `sjdbench.toyworld`. The model registry finds the toy's `SPEC` here; it is
+imported from `model.py` only when asked for, so the tokenizer loads without the transformer.
 """
 
 from typing import Any

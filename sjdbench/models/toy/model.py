@@ -22,7 +22,7 @@ from sjdbench.adapter import SegmentLayout
 from sjdbench.models.llama import Llama, LlamaConfig
 from sjdbench.models.llama_adapter import EOI, EOL, LlamaImageAdapter
 from sjdbench.models.options import ModelOptions
-from sjdbench.models.registry import ModelSpec
+from sjdbench.models.registry import ModelEntry
 from sjdbench.models.toy.text import caption_encoder
 from sjdbench.models.toy.tokenizer import PatchTokenizer
 
@@ -148,7 +148,7 @@ def load_toy_tokenizer(weights_dir: str | Path | None = None) -> PatchTokenizer:
     return PatchTokenizer.load(Path(weights_dir or WEIGHTS_DIR) / TOKENIZER_FILE)
 
 
-SPEC = ModelSpec(
+SPEC = ModelEntry(
     ToyOptions,
     build,
     fingerprint=lambda options: weights_fingerprint(options.weights_dir),

@@ -14,37 +14,9 @@ import re
 from typing import Callable
 
 from sjdbench.models.llama_adapter import N_TEXT, TEXT_OFFSET, encode_text
-from sjdbench.models.toy import world
 
 UNK = "<unk>"
 _WORD_RE = re.compile(r"[a-z0-9]+|,")
-
-
-def grammar_words() -> list[str]:
-    """Every word the caption grammar can produce, in a fixed order (<unk> first)."""
-    fixed = [
-        "a",
-        "an",
-        "at",
-        "the",
-        "on",
-        "in",
-        "of",
-        "and",
-        ",",
-        "left",
-        "right",
-        "above",
-        "below",
-        "background",
-        *world.ROW_WORDS,
-        *world.COL_WORDS,
-    ]
-    words = [UNK]
-    for w in [*fixed, *world.SIZES, *world.COLOURS, *world.SHAPES, *world.TEXTURES]:
-        if w not in words:
-            words.append(w)
-    return words
 
 
 class WordTokenizer:
@@ -67,9 +39,11 @@ class WordTokenizer:
 
 
 def caption_encoder(kind: str, vocab: list[str] | None = None) -> Callable[[str], list[int]]:
-    """ "words" (with that vocabulary, default the grammar's) or "chars" (printable ASCII)."""
+    """ "words" (with that vocabulary: the one recorded with the weights) or "chars" (printable ASCII)."""
     if kind == "words":
-        return WordTokenizer(vocab or grammar_words())
+        if not vocab:
+            raise ValueError("word captions need the vocabulary recorded with the weights (toy.json: text.vocab)")
+        return WordTokenizer(vocab)
     if kind == "chars":
         return encode_text
     raise ValueError(f"unknown caption tokenization {kind!r}; valid: words, chars")

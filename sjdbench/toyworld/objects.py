@@ -18,7 +18,7 @@ from typing import cast
 import numpy as np
 from scipy import ndimage
 
-from sjdbench.models.toy.world import CELL_CENTRES, COLOURS, SHAPES, SIZE, SIZES, Obj, Scene, _object_mask
+from sjdbench.toyworld.world import CELL_CENTRES, COLOURS, SHAPES, SIZE, SIZES, Obj, Scene, _object_mask
 
 # A pixel x has an object's colour c when it is a shading of it: x ~ s * c with s in the world's
 # lighting range (1 +- 0.22, widened for patch quantisation) and a small residual off that line.

@@ -302,3 +302,32 @@ def render_batch(seed: int, start: int, n: int) -> tuple[np.ndarray, list[str]]:
     """Scenes start..start+n-1 of `dataset(seed, .)` as (n, 64, 64, 3) uint8 and captions."""
     images, scenes = render_scenes(seed, start, n)
     return images, [caption(s) for s in scenes]
+
+
+def grammar_words() -> list[str]:
+    """Every word the caption grammar can produce, in a fixed order (<unk> first)."""
+    fixed = [
+        "a",
+        "an",
+        "at",
+        "the",
+        "on",
+        "in",
+        "of",
+        "and",
+        ",",
+        "left",
+        "right",
+        "above",
+        "below",
+        "background",
+        *ROW_WORDS,
+        *COL_WORDS,
+    ]
+    from sjdbench.models.toy.text import UNK
+
+    words = [UNK]
+    for w in [*fixed, *SIZES, *COLOURS, *SHAPES, *TEXTURES]:
+        if w not in words:
+            words.append(w)
+    return words

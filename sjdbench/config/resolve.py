@@ -1,4 +1,4 @@
-"""From a composed config to the `RunSpec` a run carries: every check that needs no model, made
+"""From a composed config to the `ResolvedRun` a run carries: every check that needs no model, made
 in one pass before anything loads, and everything a run derives from its config resolved once.
 
     config = compose_run(["decoder=sjd_vp", "data=toy"])   # the YAML tree, typed and range-checked
@@ -16,22 +16,23 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sjdbench.config.identity import SampleFacts, family, label, run_id
+from sjdbench.config.identity import facts_of, family, label, run_id
 from sjdbench.config.ranges import spec_notes
 from sjdbench.config.schema import RunConfig, check_config, check_sampling, model_sampling_options
 from sjdbench.data.prompts import Prompt, load_prompt_set
-from sjdbench.decoding.build import DecoderSpec
+from sjdbench.decoding.build import ResolvedDecoder
 from sjdbench.errors import UserError
 from sjdbench.results.root import results_root
 from sjdbench.results.store import RunStore, check_results_root
+from sjdbench.runkey import SampleFacts
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class ResolvedRun:
     """A run as known before any model loads: its inputs checked, its decoder resolved."""
 
     config: RunConfig  # as composed: what config.yaml records
-    decoder: DecoderSpec  # resolved once; run ids, labels, summaries and the built decoder read it
+    decoder: ResolvedDecoder  # resolved once; run ids, labels, summaries and the built decoder read it
     run_id: str
     label: str  # the preset plus the knobs that differ from it, e.g. sjd_vp(N=2)
     family: str  # the preset whose parts the decoder uses (ar, sjd, ..., custom)
@@ -46,7 +47,7 @@ class RunSpec:
     @property
     def facts(self) -> SampleFacts:
         """What besides the decoder determines the samples (the AR pairing key's input)."""
-        return SampleFacts.of(self.config, self.prompts_sha, self.device.split(":")[0], self.weights)
+        return facts_of(self.config, self.prompts_sha, self.device.split(":")[0], self.weights)
 
     @property
     def wanted(self) -> list[tuple[Prompt, int]]:
@@ -65,7 +66,7 @@ class RunSpec:
         return RunStore(self.root, self.run_id, self.config.data.shard)
 
 
-def resolve_run(config: RunConfig, remote_gpus: int | None = None) -> RunSpec:
+def resolve_run(config: RunConfig, remote_gpus: int | None = None) -> ResolvedRun:
     """Every check that needs no model, in one pass, and the run's resolved spec. Writes nothing.
 
     remote_gpus: the run will execute on another machine (a Slurm job) with that many GPUs, so the
@@ -96,8 +97,8 @@ def resolve_run(config: RunConfig, remote_gpus: int | None = None) -> RunSpec:
     check_sampling(model_sampling_options(config), "model.options.", image_tokens)
     root = results_root(config.results_dir)
     check_results_root(root)
-    facts = SampleFacts.of(config, prompt_set.sha, device.split(":")[0], weights)
-    spec = RunSpec(
+    facts = facts_of(config, prompt_set.sha, device.split(":")[0], weights)
+    spec = ResolvedRun(
         config,
         decoder,
         run_id(facts, decoder),

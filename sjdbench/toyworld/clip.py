@@ -21,7 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from sjdbench.models.toy.world import (
+from sjdbench.models.toy.model import WEIGHTS_DIR as TOY_WEIGHTS_DIR
+from sjdbench.toyworld.world import (
     COLOURS,
     SHAPES,
     SIZES,
@@ -34,7 +35,7 @@ from sjdbench.models.toy.world import (
     with_attribute,
 )
 
-WEIGHTS_DIR = Path(__file__).parent / "weights"
+WEIGHTS_DIR = TOY_WEIGHTS_DIR  # the toy CLIP ships beside the toy model it scores
 CLIP_FILE = "toy_clip.safetensors"
 CLIP_META = "toy_clip.json"
 CONTEXT_LENGTH = 48
@@ -228,7 +229,7 @@ def train_toy_clip(
     from rich.progress import Progress
     from safetensors.torch import save_file
 
-    from sjdbench.models.toy.train import resolve_train_device
+    from sjdbench.toyworld.train import resolve_train_device
 
     out_dir = Path(out_dir or WEIGHTS_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ import torch
 
 from sjdbench.decoding.processing import process_logits, structure_mask
 from sjdbench.models.llama import segment_index
-from sjdbench.models.toy.world import caption, render_batch, render_scenes
+from sjdbench.toyworld.world import caption, render_batch, render_scenes
 
 HELD_OUT_SEED = 90210
 N_HELD_OUT = 256  # captions in the held-out prompt file; runs select the first n (data.limit)
@@ -197,7 +197,7 @@ def image_sets(adapter, n: int, results_dir=None) -> tuple[list, dict[str, np.nd
 def objects_calibration(adapter, n: int, prepared=None, results_dir=None) -> dict:
     """Oracle object finder on renders (ceiling), their code round trips and AR samples.
     prepared: image_sets(adapter, n) if already computed."""
-    from sjdbench.models.toy.objects import object_report
+    from sjdbench.toyworld.objects import object_report
 
     scenes, sets = prepared or image_sets(adapter, n, results_dir)
     return {"n_images": n, **{name: object_report(images, scenes) for name, images in sets.items()}}
@@ -242,7 +242,7 @@ def knob_sweep(
     The object finder runs on the SJD samples themselves: SJD samples exactly from the model.
     """
     from sjdbench.models.toy.model import build_toy_adapter
-    from sjdbench.models.toy.objects import object_report
+    from sjdbench.toyworld.objects import object_report
 
     torch.set_num_threads(threads)
     _, scenes = render_scenes(HELD_OUT_SEED, 0, n)
@@ -295,7 +295,7 @@ def calibrate(
     prepared = image_sets(adapter, max(n, n_objects), results_dir)
     out["objects"] = objects_calibration(adapter, max(n, n_objects), prepared)
     if with_clip:
-        from sjdbench.models.toy.clip import load_toy_clip
+        from sjdbench.toyworld.clip import load_toy_clip
 
         clip = load_toy_clip(weights_dir)
         out["toy_fd"] = fd_calibration(clip, prepared[1])
@@ -304,7 +304,7 @@ def calibrate(
         out["clip_score_ar_matched"] = float(clip.clip_score(arr, caps).mean())
         out["clip_score_ar_shuffled"] = float(clip.clip_score(arr, list(np.roll(caps, 1))).mean())
         out["clip_score_renders_matched"] = float(clip.clip_score(refs, caps).mean())
-        from sjdbench.models.toy.clip import attribute_accuracy
+        from sjdbench.toyworld.clip import attribute_accuracy
 
         for attribute in ("shape", "colour"):
             out[f"{attribute}_accuracy_ar"] = attribute_accuracy(clip, arr, scenes, attribute)

@@ -28,10 +28,10 @@ from safetensors.torch import save_file
 from sjdbench.models.llama import Llama, LlamaConfig, segment_index
 from sjdbench.models.llama_adapter import CODE_OFFSET, EOL, PAD, encode_text, prompt_tokens, vocab_size_for
 from sjdbench.models.toy import model as toy_model
-from sjdbench.models.toy.text import caption_encoder, grammar_words
+from sjdbench.models.toy.text import caption_encoder
 from sjdbench.models.toy.tokenizer import GRID, PatchTokenizer, roundtrip_error
-from sjdbench.models.toy.world import render_batch
 from sjdbench.models.weights import write_checksums
+from sjdbench.toyworld.world import grammar_words, render_batch
 
 SHIPPED_STEPS = 3400  # the step count of the shipped weights (see docs/TOY.md for the exact recipe)
 DEFAULT_OUT = Path("toy_weights")  # `sjdbench toy train` writes here unless told otherwise
@@ -205,7 +205,12 @@ def evaluate(model: Llama, data: dict, cfg: TrainConfig, unconditional: bool = F
     for start in range(0, len(caps), cfg.batch_size):
         idx = np.arange(start, min(start + cfg.batch_size, len(caps)))
         seq, mask, P = make_batch(
-            codes, caps, idx, np.full(len(idx), unconditional), cfg.row_end_token, caption_encoder(cfg.text)
+            codes,
+            caps,
+            idx,
+            np.full(len(idx), unconditional),
+            cfg.row_end_token,
+            caption_encoder(cfg.text, grammar_words()),
         )
         loss, per = sequence_loss(model, seq, mask, P)
         totals.append(per)
@@ -340,7 +345,7 @@ def train_toy(
         tmp.replace(ckpt_path)
         _save_curve(out_dir, log_rows)
 
-    encode = caption_encoder(cfg.text)
+    encode = caption_encoder(cfg.text, grammar_words())
     model.train()
     last_ckpt = time.time()
     window: list[float] = []
