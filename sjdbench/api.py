@@ -22,11 +22,14 @@ one-line message the command line prints.
 
 from __future__ import annotations
 
+import os
 import re
 import weakref
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
+
+from sjdbench.errors import UserError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,20 +60,36 @@ def _hydra_value(value: Any) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _require(what: str, value: Any, kinds: tuple[type, ...], expected: str) -> None:
+    """An argument of the wrong Python type, refused in one line (bool is no int here)."""
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise UserError(f"{what} must be {expected}, got {type(value).__name__} {str(value)[:40]!r}")
+
+
+def _override(key: str, value: Any) -> str:
+    """A keyword as the command line's override word (`++`: set whether or not the YAML has the key)."""
+    return f"++{key}={_hydra_value(value)}"
+
+
 def load_model(name: str, device: str = "auto", **options: Any) -> ImageARAdapter:
     """A model adapter, checked and built as `sjdbench run model=<name> ...` builds it.
 
     options: the model's YAML defaults overridden by these (`load_model("toy", top_k=64)`,
     `load_model("janus", path="ckpt/janus-pro-7b", size="1B")`). device: auto, cpu, cuda, cuda:N, mps.
     """
-    from sjdbench.config.schema import ModelConfig, compose_run
-    from sjdbench.models.registry import build_adapter, check_options, resolve_device, verify_weights
+    from sjdbench.config.resolve import check_model
+    from sjdbench.config.schema import compose_run
+    from sjdbench.models.options import TOP_LEVEL
+    from sjdbench.models.registry import build_adapter, resolve_device
 
-    base = compose_run([f"model={name}"]).model  # the YAML's defaults, typed
-    model = ModelConfig(name=base.name, options={**base.options, **options})
-    check_options(model.name, dict(model.options))
-    verify_weights(model.name, dict(model.options))
-    return build_adapter(model.name, dict(model.options), resolve_device(device))
+    _require("name", name, (str,), "a model name such as 'toy' (see `sjdbench list model`)")
+    _require("device", device, (str,), "a device name: auto, cpu, cuda, cuda:N or mps")
+    words = [f"model={name}"]
+    for key, value in options.items():
+        words.append(_override(f"model.{key}" if key in TOP_LEVEL else f"model.options.{key}", value))
+    config = compose_run(words)  # the command line's checks: types, ranges (model.options.top_k=-5), ...
+    check_model(config)  # ... and the model's own: its options, weight files, sampling vs its image tokens
+    return build_adapter(config.model.name, dict(config.model.options), resolve_device(device))
 
 
 def build_decoder(preset: str = "sjd", **overrides: Any) -> ResolvedDecoder:
@@ -81,6 +100,7 @@ def build_decoder(preset: str = "sjd", **overrides: Any) -> ResolvedDecoder:
     """
     from sjdbench.config.schema import compose_checked
 
+    _require("preset", preset, (str,), "a decoder preset such as 'sjd' (see `sjdbench list decoder`)")
     words = [f"decoder={preset}"]
     for key, value in overrides.items():
         key = key.removeprefix("decoder.")
@@ -122,7 +142,7 @@ def _built(model: Any, decoder: ResolvedDecoder) -> Any:
 
 
 def decode(
-    model: ImageARAdapter, prompt: str, decoder: ResolvedDecoder | str = "sjd", seed: int = 0, **sampling
+    model: ImageARAdapter, prompt: str, decoder: ResolvedDecoder | str = "sjd", seed: int = 0, **sampling: Any
 ) -> Decoded:
     """Decode one image of `prompt` with `decoder` (a `build_decoder` spec or a preset name).
 
@@ -130,16 +150,28 @@ def decode(
     same model, decoder and sampling). sampling: cfg_scale, temperature, top_k, top_p overriding the
     model's defaults, as `sampling.*` does.
     """
-    from dataclasses import asdict
-
     from PIL import Image
 
-    from sjdbench.config.schema import SamplingOverrides, check_sampling
+    from sjdbench.config.schema import sampling_overrides
+    from sjdbench.data.prompts import check_prompt
+    from sjdbench.decoding.build import ResolvedDecoder
+    from sjdbench.errors import wrong_type
     from sjdbench.run.runner import resolve_sampling, timed_decode
 
+    if not all(hasattr(model, name) for name in ("default_sampling", "image_token_ids", "encode_prompt", "decode")):
+        raise UserError(f"model must be a model of sjdbench.load_model(...), got {type(model).__name__}")
+    check_prompt(prompt)
+    if not isinstance(decoder, (str, ResolvedDecoder)):
+        raise UserError(
+            "decoder must be a preset name such as 'sjd' or a decoder of sjdbench.build_decoder(...), got "
+            f"{type(decoder).__name__}"
+        )
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise UserError(wrong_type("seed", seed, "int"))  # the line of `seed=abc` on the command line
+    if not 0 <= seed < 2**64:
+        raise UserError(f"seed must be in 0..2**64-1 (a generator seed, as a sample row's `seed`), got {seed}")
     spec = build_decoder(decoder) if isinstance(decoder, str) else decoder
-    chosen = resolve_sampling(model.default_sampling, SamplingOverrides(**sampling))
-    check_sampling(asdict(chosen), "sampling.", len(model.image_token_ids))
+    chosen = resolve_sampling(model.default_sampling, sampling_overrides(sampling, len(model.image_token_ids)))
     timed = timed_decode(model, prompt, _built(model, spec), chosen, seed, str(model.device))
     tokens = timed.result.tokens
     image = Image.fromarray(model.decode(tokens)).convert("RGB")
@@ -158,6 +190,8 @@ def load_runs(results_dir: str | None = None, **filters: Any) -> pd.DataFrame:
     from sjdbench.results.select import parse_selection, select_runs
     from sjdbench.results.store import USABLE
 
+    if results_dir is not None:
+        _require("results_dir", results_dir, (str, os.PathLike), "a folder (a str or a path)")
     words = [
         f"{key}={','.join(map(str, value)) if isinstance(value, (list, tuple)) else value}"
         for key, value in filters.items()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class UserError(Exception):
     """Bad input that the user can fix; the message says what was wrong and how to fix it."""
@@ -31,3 +33,39 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, done: int, total: int) -> None:
         super().__init__(f"interrupted after {done}/{total} samples")
         self.done, self.total = done, total
+
+
+KIND_WORDS = {  # a type as OmegaConf names it -> how a message says it
+    "Integer": "an integer",
+    "int": "an integer",
+    "Float": "a number",
+    "float": "a number",
+    "bool": "true or false",
+    "Boolean": "true or false",
+    "str": "text",
+    "String": "text",
+}
+_CONVERT = re.compile(r"Value '(?P<value>.*)' of type '\w+' could not be converted to (?P<kind>\w+)")
+_BOOL = re.compile(r"Value '(?P<value>.*)' is not a valid bool")
+_NONE = re.compile(r"Incompatible value '(?P<value>None)' for field of type '(?P<kind>\w+)'")
+_TEXT = re.compile(r"Cannot convert '\w+' to string: '(?P<value>.*)'")
+
+
+def wrong_type(key: str, value: object, kind: str) -> str:
+    """The one wording of a value of the wrong type, for the command line and the Python API alike:
+    "decoder.window must be an integer, got 'abc'"."""
+    shown = "null" if value is None else str(value)
+    return f"{key} must be {KIND_WORDS.get(kind, kind)}, got '{shown}'"
+
+
+def type_error_text(key: str, text: str) -> str | None:
+    """`wrong_type`'s line from the text of a typing error of the config library (OmegaConf), which
+    names Java-like types ("could not be converted to Integer"); None when the text is not one."""
+    if re.search(r"field '[^']*' is not Optional", text):
+        return f"{key} cannot be null; give it a value"
+    for pattern, kind in ((_CONVERT, None), (_BOOL, "bool"), (_NONE, None), (_TEXT, "str")):
+        match = pattern.search(text)
+        if match:
+            value = match.group("value")
+            return wrong_type(key, None if value == "None" else value, kind or match.group("kind"))
+    return None

@@ -64,14 +64,16 @@ def gpu_model(device: str) -> str | None:
 
 
 def choose_threads(threads: int | None, device: str) -> int:
-    """The torch CPU thread count for a run: the config's, else $OMP_NUM_THREADS, else 1 on CPU.
+    """The torch CPU thread count for a run: the config's (at most the CPUs this process may use:
+    more threads only wait for each other, and a thousand of them make a sample take a minute), else
+    $OMP_NUM_THREADS, else 1 on CPU.
 
     On a GPU the host threads only feed kernels, so torch's own default is kept there.
     """
     import torch
 
     if threads is not None:
-        return threads
+        return max(1, min(threads, cpus_available()))
     if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         return int(os.environ["OMP_NUM_THREADS"])
     if device.startswith("cpu"):

@@ -105,6 +105,49 @@ def test_decode_takes_sampling_overrides_and_checks_them():
         sjdbench.decode(model, "a red circle", "sjd", top_p=2.0)
 
 
+def test_every_public_function_checks_its_arguments_with_the_command_lines_line():
+    """Misuse raises UserError with one line (never an AttributeError or TypeError from deep inside),
+    and what the command line refuses the API refuses, with the same line."""
+    model = sjdbench.load_model("debug", device="cpu", **DEBUG)
+    misuse = [
+        (lambda: sjdbench.decode(model, 5), "prompt must be text (a str), got int"),
+        (lambda: sjdbench.decode(model, "  "), "prompt is empty"),
+        (lambda: sjdbench.decode(model, "x" * 10_001), "prompt has 10,001 characters (over 10,000, the most"),
+        (
+            lambda: sjdbench.decode(model, "a red circle", tempreature=1.0),
+            "unknown sampling keyword 'tempreature'; choose among: cfg_scale, temperature, top_k, top_p",
+        ),
+        (lambda: sjdbench.decode(model, "a red circle", top_k="many"), "sampling.top_k must be an integer, got 'many'"),
+        (lambda: sjdbench.decode(model, "a red circle", seed="1"), "seed must be an integer, got '1'"),
+        (lambda: sjdbench.decode(model, "a red circle", seed=-1), "seed must be in 0..2**64-1"),
+        (lambda: sjdbench.decode(model, "a red circle", decoder=3), "decoder must be a preset name such as 'sjd'"),
+        (lambda: sjdbench.decode("debug", "a red circle"), "model must be a model of sjdbench.load_model"),
+        (lambda: sjdbench.load_model(3), "name must be a model name such as 'toy'"),
+        (lambda: sjdbench.load_model("toy", top_k=-5), "model.options.top_k must be >= 0 (0 = off), got -5"),
+        (lambda: sjdbench.load_model("toy", top_k="x"), "model.options.top_k"),
+        (lambda: sjdbench.build_decoder(["sjd"]), "preset must be a decoder preset such as 'sjd'"),
+        (lambda: sjdbench.build_decoder("sjd", window="wide"), "decoder.window must be an integer, got 'wide'"),
+        (lambda: sjdbench.load_runs(results_dir=""), "results_dir= is empty"),
+        (lambda: sjdbench.load_runs(results_dir=7), "results_dir must be a folder"),
+    ]
+    for call, needle in misuse:
+        with pytest.raises(UserError) as error:
+            call()
+        assert needle in str(error.value) and "\n" not in str(error.value), (needle, str(error.value))
+    cli = compose_run  # the command line's line for the same mistake
+    with pytest.raises(UserError) as from_cli:
+        cli(["model=toy", "model.options.top_k=-5"])
+    with pytest.raises(UserError) as from_api:
+        sjdbench.load_model("toy", top_k=-5)
+    assert str(from_cli.value) == str(from_api.value)
+
+
+def test_a_prompt_longer_than_the_model_takes_says_the_limit():
+    model = sjdbench.load_model("toy", device="cpu")
+    with pytest.raises(UserError, match=r"toy has 512 positions, 272 of them for the image, so a prompt may have at"):
+        sjdbench.decode(model, "a red circle " * 200, "ar")
+
+
 def test_load_runs_has_the_reports_speedup_columns(tmp_path):
     root = tmp_path / "results"
     ids = make_store(root)

@@ -81,7 +81,7 @@ def test_a_part_is_chosen_with_either_spelling():
         (["model=nope"], "unknown model 'nope'; choose one of:"),
         (["decoder.windw=3"], "unknown config key decoder.windw"),
         (["+decoder.windw=3"], "Key 'windw' not in 'DecoderConfig'"),
-        (["decoder.window=abc"], "could not be converted to Integer"),
+        (["decoder.window=abc"], "decoder.window must be an integer, got 'abc'"),
         (["decoder.verifier=foo"], "unknown decoder.verifier 'foo'; choose one of: exact, greedy, gsd, lantern"),
         (["decoder.init=diag"], "choose one of: above, argmax_left, left, random"),
         (["decoder.verifier.k=5"], "the chosen verifier has no knob 'k'; k belongs to verifier lantern"),

@@ -84,11 +84,45 @@ def no_model_loads(monkeypatch):
             "`run` takes one value per key; to run several, use sjdbench sweep decoder.window=16,32",
         ),
         (["threads=0"], "threads must be >= 1"),
+        # legal in type, meaningless in fact
+        (
+            ["decoder=gsd", "decoder.verifier.reading=ours", "decoder.verifier.group_size=0"],
+            "decoder.verifier.group_size must be >= 1 (G tokens around the draft's rank), got 0",
+        ),
+        (["decoder=gsd", "decoder.verifier.p_thr=2"], "decoder.verifier.p_thr=2.0 is out of range"),
+        (
+            ["decoder.window=16", "decoder.window=32"],
+            "decoder.window is given twice (decoder.window=16 and decoder.window=32); give it once",
+        ),
+        (["hydra.job.name=x"], "hydra.job.name=x: sjdbench does not read Hydra's own settings (hydra.*)"),
+        (["hydra/job_logging=disabled"], "sjdbench does not read Hydra's own settings"),
+        (["data.column=text"], "data.column=text does nothing: data=smoke reads smoke.txt, one prompt per line"),
+        # Hydra's words, said with the fix
+        (["=3"], "'=3' has no key before '='; write key=value"),
+        (["decoder.window=abc"], "decoder.window must be an integer, got 'abc'"),
+        (["sampling.top_p=high"], "sampling.top_p must be a number, got 'high'"),
+        (["save_images=maybe"], "save_images must be true or false, got 'maybe'"),
+        (["decoder=lantern", "decoder.verifier.k=1.5"], "decoder.verifier.k must be an integer, got '1.5'"),
+        (["seed=null"], "seed cannot be null"),
+        (["+sweep=window"], "+sweep=window configures a sweep (conf/sweep/); one run takes no grid: run it with "),
+        (["décoder.window=3"], "the key décoder.window holds 'é' (character 2), which is not ASCII"),
+        (["data.path=/tmp/é.txt"], "cannot read override 'data.path=/tmp/é.txt' at character 16 ('é')"),
     ],
 )
 def test_bad_values_are_one_line_before_the_model_loads(tmp_path, no_model_loads, words, needle):
     one_line_error(run_cli(tmp_path, *words), needle)
     assert nothing_written(tmp_path)
+
+
+def test_an_empty_results_dir_is_refused_not_read_as_the_default(tmp_path, no_model_loads, monkeypatch):
+    """`results_dir=$OUT` with OUT unset would otherwise send the run to ./results (another store)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SJDBENCH_RESULTS", str(tmp_path / "env-store"))
+    for words in (["results_dir="], ["results_dir= "]):
+        one_line_error(runner.invoke(app, ["run", *DEBUG, *words]), "results_dir= is empty (an unset shell variable?)")
+    one_line_error(runner.invoke(app, ["eval", "--results-dir", ""]), "results_dir= is empty")
+    one_line_error(runner.invoke(app, ["report", "results_dir="]), "results_dir= is empty")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")

@@ -21,10 +21,26 @@ def test_snapshot_takes_the_larger_load_and_says_whether_it_was_busy(monkeypatch
 
 def test_default_threads_one_on_cpu_unless_asked(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(machine, "cpus_available", lambda: 4)
     assert machine.choose_threads(None, "cpu") == machine.DEFAULT_CPU_THREADS == 1
     assert machine.choose_threads(3, "cpu") == 3
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert machine.choose_threads(None, "cpu") == 2  # an explicit environment wins over the default
+
+
+def test_threads_beyond_the_cpus_are_clamped_to_them(monkeypatch):
+    """threads=1000 once started a thousand threads (a toy sample took a minute); the run uses the
+    CPUs it may run on, and says so before it starts (config.ranges.spec_notes)."""
+    from sjdbench.config.ranges import spec_notes
+    from sjdbench.config.schema import compose_checked
+
+    monkeypatch.setattr(machine, "cpus_available", lambda: 2)
+    assert machine.choose_threads(1000, "cpu") == 2
+    assert machine.choose_threads(2, "cpu") == 2
+    monkeypatch.setattr("sjdbench.config.ranges.cpus_available", lambda: 2)
+    config, decoder = compose_checked(["threads=1000"])
+    (note,) = [n for n in spec_notes(config, decoder, 8, 8) if n.startswith("threads=")]
+    assert "the run uses 2" in note
 
 
 def test_a_run_applies_its_thread_count(tmp_path, monkeypatch):

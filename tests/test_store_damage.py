@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -97,6 +98,18 @@ DAMAGE = {
         lambda d: _json(d / "summary.json", schema=99),
         "was written by a newer sjdbench (schema 99",
     ),
+    "summary names another window": (
+        lambda d: _json(d / "summary.json", window=99),
+        "summary.json says window = 99 but its decoder (env.json) says 16",
+    ),
+    "summary names another decoder": (
+        lambda d: _json(d / "summary.json", decoder="lantern(δ=.3)"),
+        "summary.json labels the run 'lantern(δ=.3)', which is not its decoder (sjd, per config.yaml)",
+    ),
+    "summary names another model": (
+        lambda d: _json(d / "summary.json", model="janus"),
+        'summary.json says model = "janus" but config.yaml says "toy"',
+    ),
     "env random bytes": (lambda d: _random(d / "env.json"), "env.json is not UTF-8 text"),
     "env missing": (lambda d: (d / "env.json").unlink(), "env.json is missing"),
     "env wrong type": (lambda d: _json(d / "env.json", sampling=[1, 2]), "env.json has sampling"),
@@ -133,6 +146,14 @@ DAMAGE = {
     "a row with a count of the wrong type": (
         lambda d: _edit_row(d / "samples.jsonl", 0, nfe="nine"),
         'samples.jsonl line 1 has nfe = "nine", not a number',
+    ),
+    "a row with a negative latency": (
+        lambda d: _edit_row(d / "samples.jsonl", 1, latency_s=-0.25),
+        "samples.jsonl line 2 has latency_s = -0.25, below 0",
+    ),
+    "a row with a negative stream time": (
+        lambda d: _edit_row(d / "samples.jsonl", 0, stream={"id": "x", "batch_size": 1, "images": 1, "decode_s": -1}),
+        "samples.jsonl line 1 has stream.decode_s = -1, not a number >= 0",
     ),
     "a shard file of garbage": (
         lambda d: (d / "samples.0of2.jsonl").write_bytes(b"\x00\x01\x02\n"),
@@ -176,7 +197,7 @@ def test_a_damaged_run_is_one_line_for_report_eval_and_the_api(store, tmp_path, 
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # nothing half-written
     if damage in EVAL_TOO:  # eval selects through the same reader: a few classes suffice
         one_line(evaluate(root, "model=toy"), ids["sjd"], needle)
-    with pytest.raises(UserError, match=needle.replace("(", r"\(").replace("[", r"\[")):
+    with pytest.raises(UserError, match=re.escape(needle)):
         sjdbench.load_runs(root)
 
 
@@ -279,6 +300,10 @@ def test_rows_written_after_the_summary_make_the_run_incomplete_not_used(store, 
     assert ids["sjd"] not in pd.read_csv(tmp_path / "out" / "main.csv")["run_id"].tolist()
     unused = [line for line in result.unused if ids["sjd"] in line]
     assert len(unused) == 1 and "5 of 5 samples, interrupted after its summary was written" in unused[0]
+    # a data.limit=2 summary beside the rows of a larger selection being written: never "5 of 2 samples"
+    _json(run / "summary.json", n_samples=2, selection_n=2, complete=False, finished=True)
+    (unused,) = [line for line in built(root, tmp_path / "out2").unused if ids["sjd"] in line]
+    assert "incomplete, 5 samples stored, more than the 2 its summary.json was written for" in unused, unused
 
 
 def test_every_number_is_computed_from_the_rows_present(store, tmp_path):
@@ -339,6 +364,90 @@ def test_a_run_grown_after_scoring_shows_no_score_until_scored_again(store, tmp_
     result = built(root, tmp_path / "out")
     assert not any(c.startswith("toy CLIP") for c in pd.read_csv(tmp_path / "out" / "main.csv").columns)
     assert any(f"stale, the run holds 5 samples now; `sjdbench eval {ids['sjd']}`" in line for line in result.unused)
+
+
+def test_a_row_outside_the_prompt_set_is_neither_exported_nor_counted(store, tmp_path):
+    """The summary counts the rows of the run's prompt set; samples.parquet (and the pairing) read
+    the same rows, so a row whose prompt id the set does not have is never exported."""
+    root, ids, run = store
+    rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    with (run / "samples.jsonl").open("a") as handle:
+        handle.write(json.dumps({**rows[0], "prompt_id": 999}) + "\n")
+    built(root, tmp_path / "out")
+    exported = pd.read_parquet(tmp_path / "out" / "samples.parquet")
+    mine = exported[exported["run_id"] == ids["sjd"]]
+    assert sorted(mine["prompt_id"]) == sorted(r["prompt_id"] for r in rows) and 999 not in set(exported["prompt_id"])
+
+
+# -- where the store is ------------------------------------------------------------------------------
+
+
+def test_eval_names_the_store_by_option_environment_or_word_alike(store, tmp_path, monkeypatch):
+    """`eval --results-dir STORE` and `SJDBENCH_RESULTS=STORE sjdbench eval` do what `eval
+    results_dir=STORE` does: select every finished run of the store (the synthetic store's prompts
+    are not on disk, so each ends at the same line about them, after the same selection)."""
+    root, ids, _ = store
+    monkeypatch.chdir(tmp_path)
+    outcomes = set()
+    for words, env in ((["--results-dir", str(root)], None), ([], str(root)), ([f"results_dir={root}"], None)):
+        if env is None:
+            monkeypatch.delenv("SJDBENCH_RESULTS", raising=False)
+        else:
+            monkeypatch.setenv("SJDBENCH_RESULTS", env)
+        result = runner.invoke(app, ["eval", *words])
+        outcomes.add((result.exit_code, result.stdout, result.stderr))
+    assert len(outcomes) == 1, outcomes
+    (code, _, stderr), *_ = outcomes
+    assert f"{ids['partial']} skipped: not finished" in stderr and "name the runs" not in stderr
+    monkeypatch.delenv("SJDBENCH_RESULTS", raising=False)
+    one_line(runner.invoke(app, ["eval"]), "name the runs to score", "--results-dir DIR or $SJDBENCH_RESULTS")
+
+
+@pytest.mark.parametrize(
+    "where,needle",
+    [
+        ("{tmp}/missing", "results_dir {tmp}/missing does not exist; name the store that holds runs/"),
+        ("/dev/null", "results_dir /dev/null is not a folder (a device or another special file); name the store"),
+        ("{tmp}/a_file", "results_dir {tmp}/a_file is a file; name the store, the folder that holds runs/"),
+    ],
+)
+def test_a_store_that_is_missing_a_file_or_a_device_is_named(tmp_path, where, needle):
+    (tmp_path / "a_file").write_text("x")
+    where, needle = where.format(tmp=tmp_path), needle.format(tmp=tmp_path)
+    for result in (
+        runner.invoke(app, ["eval", "--results-dir", where]),
+        runner.invoke(app, ["eval", f"results_dir={where}", "model=toy"]),
+        runner.invoke(app, ["report", f"results_dir={where}"]),
+    ):
+        assert "store.json" not in one_line(result, needle)
+    with pytest.raises(UserError, match=re.escape(needle)):
+        sjdbench.load_runs(where)
+
+
+def test_a_store_this_user_may_not_read_is_one_line(store, tmp_path, monkeypatch):
+    """Unreadable is not damaged: the fix is read access, not a re-run. (As root every file is
+    readable, so the test takes the permission away where the check asks for it.)"""
+    import sjdbench.results.store as store_module
+
+    root, ids, run = store
+    real = os.access
+    for denied in (root, root / "runs", run, run / "env.json", run / "samples.jsonl"):
+        monkeypatch.setattr(store_module.os, "access", lambda p, mode, d=denied: Path(p) != d and real(p, mode))
+        needle = f"cannot read {denied}: permission denied for this user; ask its owner for read access"
+        one_line(report(root, tmp_path / "out"), needle)
+        one_line(evaluate(root), needle)
+        with pytest.raises(UserError, match=re.escape(needle)):
+            sjdbench.load_runs(root)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
+def test_a_store_this_user_may_not_read_for_real(store, tmp_path):
+    root, ids, run = store
+    (run / "summary.json").chmod(0)
+    try:
+        one_line(report(root, tmp_path / "out"), f"cannot read {run / 'summary.json'}: permission denied")
+    finally:
+        (run / "summary.json").chmod(0o644)
 
 
 # -- migrate -----------------------------------------------------------------------------------------

@@ -8,12 +8,14 @@ refused, ends in one line and exit code 2.
 
 from __future__ import annotations
 
+import os
 from typing import List, Optional
 
 import typer
 
 from sjdbench.cli.console import fail, note, out
 from sjdbench.errors import UserError
+from sjdbench.results.root import ENV
 
 
 def is_eval_word(word: str) -> bool:
@@ -71,10 +73,10 @@ def eval_command(
             out.print(OmegaConf.to_yaml(OmegaConf.structured(config)), highlight=False, markup=False)
             return
         runs = [w for w in words if not is_eval_word(w)]
-        if not runs:
+        if not runs and results_dir is None and not os.environ.get(ENV):
             raise UserError(
-                "name the runs to score: run ids, run/sweep/results folders, or filters like model=toy "
-                "(e.g. `sjdbench eval results model=toy`)"
+                "name the runs to score: run ids, run/sweep/results folders, filters like model=toy, or a whole "
+                f"store (results_dir=DIR, --results-dir DIR or ${ENV}; e.g. `sjdbench eval results model=toy`)"
             )
         selected = select_finished(runs, results_dir)
         outcomes = score(selected, config, on_outcome=report_outcome)

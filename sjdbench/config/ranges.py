@@ -13,7 +13,7 @@
   caches for slots that are never fed; env.json records `window_used`);
 - notes before any model loads (`spec_notes`, carried by the ResolvedRun): a data.limit beyond the
   prompt set (all prompts are used), a batch larger than the samples to decode, more threads than
-  CPUs, a data.column a .txt file does not read.
+  CPUs (clamped to them when the run starts).
 
 The segment length (positions per image) is known only once the model is built for most models,
 hence the two checks after loading; they run before the first decode, so a mistake still costs a
@@ -23,7 +23,6 @@ model load, never a decode.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from sjdbench.errors import UserError
@@ -104,10 +103,7 @@ def spec_notes(config: RunConfig, spec: ResolvedDecoder, set_size: int, selected
     cpus = cpus_available()
     if config.threads is not None and config.threads > cpus:
         notes.append(
-            f"threads={config.threads} exceeds the {cpus} CPUs this process may use: threads that wait for each "
-            "other slow every matmul (see README, Reproducibility and performance)"
+            f"threads={config.threads} exceeds the {cpus} CPUs this process may use: the run uses {cpus} (threads "
+            "that wait for each other slow every matmul; see README, Reproducibility and performance)"
         )
-    path = config.data.path
-    if path and path != "???" and Path(path).suffix.lower() not in (".tsv", ".csv") and config.data.column != "prompt":
-        notes.append(f"data.column={config.data.column} does nothing for {Path(path).name}: one prompt per line")
     return notes

@@ -66,19 +66,28 @@ class ResolvedRun:
         return RunStore(self.root, self.run_id, self.config.data.shard)
 
 
+def check_model(config: RunConfig) -> str | None:
+    """The model's checks before it loads (the registry's): its options, its weight files (missing,
+    truncated, corrupt, of the wrong shapes), and sampling against its image tokens. Returns the
+    weights' fingerprint. `sjdbench run` and `sjdbench.load_model` both check a model here."""
+    from sjdbench.models.registry import check_options, image_token_count, verify_weights, weights_fingerprint
+
+    options = dict(config.model.options)
+    check_options(config.model.name, options)
+    weights = weights_fingerprint(config.model.name, options)
+    verify_weights(config.model.name, options)
+    image_tokens = image_token_count(config.model.name, options)
+    check_sampling(asdict(config.sampling), "sampling.", image_tokens)
+    check_sampling(model_sampling_options(config), "model.options.", image_tokens)
+    return weights
+
+
 def resolve_run(config: RunConfig, remote_gpus: int | None = None) -> ResolvedRun:
     """Every check that needs no model, in one pass, and the run's resolved spec. Writes nothing.
 
     remote_gpus: the run will execute on another machine (a Slurm job) with that many GPUs, so the
     device is resolved as it will be there, not on this machine."""
-    from sjdbench.models.registry import (
-        check_options,
-        image_token_count,
-        remote_device,
-        resolve_device,
-        verify_weights,
-        weights_fingerprint,
-    )
+    from sjdbench.models.registry import remote_device, resolve_device
 
     decoder = check_config(config)
     prompt_set = load_prompt_set(config.data)
@@ -88,13 +97,7 @@ def resolve_run(config: RunConfig, remote_gpus: int | None = None) -> ResolvedRu
             f"{min(config.data.limit or prompt_set.size, prompt_set.size)} prompts; use a shard count n of at most that"
         )
     device = resolve_device(config.device) if remote_gpus is None else remote_device(config.device, remote_gpus)
-    options = dict(config.model.options)
-    check_options(config.model.name, options)
-    weights = weights_fingerprint(config.model.name, options)
-    verify_weights(config.model.name, options)
-    image_tokens = image_token_count(config.model.name, options)
-    check_sampling(asdict(config.sampling), "sampling.", image_tokens)
-    check_sampling(model_sampling_options(config), "model.options.", image_tokens)
+    weights = check_model(config)
     root = results_root(config.results_dir)
     check_results_root(root)
     facts = facts_of(config, prompt_set.sha, device.split(":")[0], weights)

@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, cast
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sjdbench.errors import UserError
+from sjdbench.errors import UserError, type_error_text
 from sjdbench.models.options import TOP_LEVEL, fold_top_level
 from sjdbench.paths import conf_dir, config_dirs
+from sjdbench.results.root import check_results_dir
 from sjdbench.runkey import SAMPLING_KEYS
 
 if TYPE_CHECKING:
     from sjdbench.decoding.build import ResolvedDecoder
+    from sjdbench.decoding.registry import ResolvedPart
 
 
 def _part_kinds() -> tuple[str, ...]:
@@ -151,12 +153,15 @@ MOVED_KEYS = {
 
 def normalize_overrides(words: list[str]) -> list[str]:
     """Accept `decoder.verifier=lantern` for `decoder/verifier=lantern` (choosing a part), and name
-    the new home of keys from the previous decoder schema."""
+    the new home of keys from the previous decoder schema. Refused here, for `run` and `sweep` alike:
+    a key that is no ASCII name, a key given twice (Hydra would keep the last one without a word) and
+    Hydra's own settings (`hydra.*`: sjdbench composes the config itself and reads none of them)."""
     kinds = _part_kinds()
     out = []
     for word in words:
         key, eq, value = word.partition("=")
         bare = key.lstrip("+~")
+        _check_key(word, bare, eq)
         if eq and bare in {f"decoder.{kind}" for kind in kinds} and re.fullmatch(r"[\w,.()*\[\] -]+", value):
             word = f"{key[: len(key) - len(bare)]}decoder/{bare.split('.')[1]}={value}"
         else:
@@ -166,7 +171,38 @@ def normalize_overrides(words: list[str]) -> list[str]:
                         f"{bare} is no longer a key: decoders are built from parts; use {new} (see `sjdbench list`)"
                     )
         out.append(word)
+    _refuse_repeated(out)
     return out
+
+
+def _check_key(word: str, key: str, eq: str) -> None:
+    """One word's key: present, ASCII, and not one of Hydra's own settings."""
+    if eq and not key:
+        raise UserError(f"'{word}' has no key before '='; write key=value, e.g. seed=3 or decoder.window=32")
+    odd = next((i for i, ch in enumerate(key) if not ch.isascii()), None)
+    if odd is not None:
+        raise UserError(
+            f"'{word}': the key {key} holds '{key[odd]}' (character {odd + 1}), which is not ASCII; config keys are "
+            "ASCII names such as decoder.window (see `sjdbench run --show-config`)"
+        )
+    if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+        raise UserError(
+            f"{word}: sjdbench does not read Hydra's own settings (hydra.*); leave it out (the store is "
+            "results_dir=DIR, the config keys are shown by `sjdbench run --show-config`)"
+        )
+
+
+def _refuse_repeated(words: list[str]) -> None:
+    """A key given twice (`decoder.window=16 decoder.window=32`) is refused naming both words, rather
+    than the last one winning without a word. Sweep presets (`+sweep=...`) may be combined."""
+    first: dict[str, str] = {}
+    for word in words:
+        key = word.partition("=")[0].lstrip("+~").replace("/", ".")
+        if key == "sweep":
+            continue
+        if key in first:
+            raise UserError(f"{key} is given twice ({first[key]} and {word}); give it once")
+        first[key] = word
 
 
 def _check_choices(overrides: list[str]) -> None:
@@ -203,15 +239,28 @@ def _check_syntax(overrides: list[str]) -> None:
             key, _, value = word.partition("=")
             if value.startswith("="):
                 raise UserError(f"'{word}' has two '='; write {key}={value.lstrip('=')}") from None
-            reason = re.sub(
-                r"\s*expecting \{.*", "", str(error).splitlines()[1] if len(str(error).splitlines()) > 1 else ""
-            )
             raise UserError(
-                f"cannot read override '{word}'{f' ({reason})' if reason else ''}; write key=value, and quote "
-                "values with spaces or special characters: key='a value'"
+                f"cannot read override '{word}'{_where_unreadable(word, str(error))}; write key=value, and quote "
+                f"values with spaces or special characters: {key}='{value}'"
             ) from None
         if parsed.is_sweep_override():
             raise UserError(f"{word}: `run` takes one value per key; to run several, use sjdbench sweep {word}")
+
+
+def _where_unreadable(word: str, text: str) -> str:
+    """Where Hydra's parser stopped in `word`, as " at character N ('c')" (or its own reason).
+
+    Its lexer marks the spot with a caret under "LexerNoViableAltException: <word>", a line that
+    cannot be shown on one line; the other errors say what they expected on their second line."""
+    lines = text.splitlines()
+    head = "LexerNoViableAltException: "
+    if len(lines) > 1 and lines[0].startswith(head) and lines[1].strip() == "^":
+        at = len(lines[1]) - len(head) - 1
+        if 0 <= at < len(word):
+            return f" at character {at + 1} ('{word[at]}')"
+    said = [t for t in lines if t.strip() and not t.startswith("Error parsing override") and "hydra.cc" not in t]
+    reason = re.sub(r"\s*expecting \{.*", "", said[0]).strip() if said else ""
+    return f" ({reason})" if reason else ""
 
 
 def _first_line(error: Exception) -> str:
@@ -268,6 +317,7 @@ def compose_raw(overrides: list[str], config_name: str = "config") -> Any:
         if "=" not in word.lstrip("~"):
             raise UserError(f"'{word}' is not an override; write key=value, e.g. decoder=sjd or decoder.window=32")
     overrides = normalize_overrides(overrides)
+    _refuse_sweep_words(overrides)
     _check_choices(overrides)
     _check_syntax(overrides)
     register_schema()
@@ -282,9 +332,21 @@ def compose_raw(overrides: list[str], config_name: str = "config") -> Any:
         if "Key" in text and ("not in struct" in text or "not in '" in text) and "Could not override" in text:
             key = re.search(r"override '([^']+)'", text)
             raise UserError(_unknown_key_message(key.group(1) if key else "that key")) from None
-        raise UserError(_two_lines(error)) from None
+        merging = re.search(r"Error merging override ([^=\s]+)=", text)
+        typed = type_error_text(merging.group(1).lstrip("+~"), text) if merging else None
+        raise UserError(typed or _two_lines(error)) from None
     except OmegaConfBaseException as error:
         raise UserError(_first_line(error)) from None
+
+
+def _refuse_sweep_words(words: list[str]) -> None:
+    """`+sweep=<preset>` and `sweep.*` configure a grid: they belong to `sjdbench sweep`."""
+    for word in words:
+        key = word.partition("=")[0].lstrip("+~")
+        if key == "sweep" or key.startswith("sweep."):
+            raise UserError(
+                f"{word} configures a sweep (conf/sweep/); one run takes no grid: run it with `sjdbench sweep {word}`"
+            )
 
 
 def to_run_config(raw: Any) -> RunConfig:
@@ -297,7 +359,8 @@ def to_run_config(raw: Any) -> RunConfig:
     except OmegaConfBaseException as error:
         key = getattr(error, "full_key", None)
         message = _first_line(error)
-        raise UserError(f"invalid config{f' at {key}' if key else ''}: {message}") from None
+        typed = type_error_text(key, message) if key else None
+        raise UserError(typed or f"invalid config{f' at {key}' if key else ''}: {message}") from None
     return config
 
 
@@ -335,61 +398,93 @@ def check_sampling(values: dict[str, Any], where: str, image_tokens: int | None 
         )
 
 
+def sampling_overrides(values: dict[str, Any], image_tokens: int | None = None) -> SamplingOverrides:
+    """Sampling keywords (`sjdbench.decode(..., top_k=64)`) read as the command line reads its
+    `sampling.*` keys: an unknown keyword is refused listing the valid ones, then types and ranges
+    are checked with the same lines (`check_sampling`)."""
+    valid = [f.name for f in dataclasses.fields(SamplingOverrides)]
+    unknown = sorted(set(values) - set(valid))
+    if unknown:
+        raise UserError(f"unknown sampling keyword '{unknown[0]}'; choose among: {', '.join(valid)}")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(SamplingOverrides), dict(values))
+        typed = cast(SamplingOverrides, OmegaConf.to_object(merged))
+    except OmegaConfBaseException as error:
+        key = f"sampling.{getattr(error, 'key', None) or ''}".rstrip(".")
+        raise UserError(type_error_text(key, _first_line(error)) or f"{key}: {_first_line(error)}") from None
+    check_sampling(dataclasses.asdict(typed), "sampling.", image_tokens)
+    return typed
+
+
 def model_sampling_options(config: RunConfig) -> dict[str, Any]:
     """Sampling defaults set through model.options (e.g. the toy's model.options.top_k)."""
     return {k: v for k, v in dict(config.model.options).items() if k in SAMPLING_KEYS and isinstance(v, (int, float))}
 
 
-# (part kind, part name, knob) -> (low, high, what the knob is): knobs whose range their part leaves open
-BOUNDED_KNOBS: dict[tuple[str, str, str], tuple[float, float, str]] = {
-    ("verifier", "gsd", "p_thr"): (0.0, 1.0, "a probability threshold"),
-}
-
-
-def check_knobs(spec: ResolvedDecoder) -> None:
-    """Every knob of every part and nested part: NaN or inf in a float knob (a NaN slips through every
-    `x < 0` range check of the parts' own), and knobs of BOUNDED_KNOBS outside their range, in one
-    line with the range."""
-
-    def visit(part: Any, where: str) -> None:
-        for knob, value in part.knobs().items():
-            if isinstance(value, float) and not math.isfinite(value):
-                raise UserError(f"{where}.{knob} must be a finite number, got {value}")
-            bound = BOUNDED_KNOBS.get((part.kind, part.name, knob))
-            if bound and isinstance(value, (int, float)) and not bound[0] <= value <= bound[1]:
-                low, high, what = bound
-                raise UserError(f"{where}.{knob}={value} is out of range: it is {what}; use {low:g}..{high:g}")
-        for key, child in part.children.items():
-            visit(child, f"{where}.{key}")
-
-    for kind, part in spec.parts().items():
-        visit(part, f"decoder.{kind}")
-
-
 def check_config(config: RunConfig) -> ResolvedDecoder:
-    """Checks Hydra cannot make: value ranges and part names. Returns the decoder it resolved (every
-    part with its knobs checked), so a caller that goes on to run it need not resolve it again."""
-    spec = decoder_spec(config)
-    check_knobs(spec)
+    """The one walk over the meaningful range of every key of a run config, before any model loads:
+    the root keys, data selection, sampling (overrides and the model's defaults), the decoder's
+    settings and every knob of every part (`check_decoder`). What needs a file or a device is
+    `resolve.resolve_run`'s (the prompt file, the device, weights, the results folder), what needs
+    the model `ranges.fit_to_model`'s. Returns the decoder it resolved, so a caller that goes on to
+    run it need not resolve it again."""
+    decoder = decoder_spec(config)
+    check_decoder(decoder)
     if config.samples_per_prompt < 1:
-        raise UserError("samples_per_prompt must be >= 1")
+        raise UserError(f"samples_per_prompt must be >= 1, got {config.samples_per_prompt}")
     if config.batch_size < 1:
         raise UserError(f"batch_size must be >= 1 (samples decoded in lockstep), got {config.batch_size}")
     if config.warmup < 0:
         raise UserError(f"warmup must be >= 0 (untimed decodes before the first timed one), got {config.warmup}")
     if config.threads is not None and config.threads < 1:
         raise UserError(f"threads must be >= 1 (or null for the measured default), got {config.threads}")
+    check_results_dir(config.results_dir)
     check_sampling(dataclasses.asdict(config.sampling), "sampling.")
     check_sampling(model_sampling_options(config), "model.options.")
-    if config.data.limit is not None and config.data.limit < 1:
-        raise UserError("data.limit must be >= 1 (or null for all prompts)")
-    if config.data.shard is not None and not re.fullmatch(r"\d+/\d+", config.data.shard):
-        raise UserError(f"data.shard must look like i/n (e.g. 0/4), got '{config.data.shard}'")
-    if config.data.shard is not None:
-        i, n = map(int, config.data.shard.split("/"))
+    data = config.data
+    if data.limit is not None and data.limit < 1:
+        raise UserError(f"data.limit must be >= 1 (or null for all prompts), got {data.limit}")
+    if data.shard is not None and not re.fullmatch(r"\d+/\d+", data.shard):
+        raise UserError(f"data.shard must look like i/n (e.g. 0/4), got '{data.shard}'")
+    if data.shard is not None:
+        i, n = map(int, data.shard.split("/"))
         if not 0 <= i < n:
-            raise UserError(f"data.shard {config.data.shard}: need 0 <= i < n")
-    return spec
+            raise UserError(f"data.shard {data.shard}: need 0 <= i < n")
+    if not data.column.strip():
+        raise UserError("data.column= is empty; name the prompt column of a .tsv/.csv file, or leave it out")
+    return decoder
+
+
+def check_decoder(decoder: ResolvedDecoder) -> None:
+    """The decoder's settings and every knob of every part and nested part: NaN or inf in a float
+    knob (a NaN slips through every `x < 0` test), then the part's own ranges (`PartConfig.check`,
+    written beside the knobs), each refused in one line that names the key."""
+    from sjdbench.decoding.build import GROWTH_READINGS
+
+    if decoder.window < 1:
+        raise UserError(f"decoder.window must be >= 1 (1 = autoregressive), got {decoder.window}")
+    if decoder.growth_steps < 1:
+        raise UserError(f"decoder.growth_steps must be >= 1, got {decoder.growth_steps}")
+    if decoder.growth_reading not in GROWTH_READINGS:
+        raise UserError(
+            f"unknown decoder.growth_reading '{decoder.growth_reading}'; choose one of: {', '.join(GROWTH_READINGS)}"
+        )
+    if decoder.trace_positions < 0:
+        raise UserError(f"decoder.trace_positions must be >= 0, got {decoder.trace_positions}")
+
+    def visit(part: ResolvedPart, where: str) -> None:
+        for knob, value in part.knobs().items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise UserError(f"{where}.{knob} must be a finite number, got {value}")
+        try:
+            part.config.check()
+        except UserError as error:  # a part's check names the knob ("delta must be >= 0"): add where it lives
+            raise UserError(f"{where}.{error}") from None
+        for key, child in part.children.items():
+            visit(child, f"{where}.{key}")
+
+    for kind, part in decoder.parts().items():
+        visit(part, f"decoder.{kind}")
 
 
 def decoder_spec(config: RunConfig) -> ResolvedDecoder:

@@ -55,20 +55,42 @@ def _read_text(path: Path) -> str:
     return text
 
 
+def too_long(text: str) -> str | None:
+    """Why a prompt is too long to be one (None: it is not): the one length limit of prompts, from a
+    file or from the Python API."""
+    if len(text) <= MAX_PROMPT_CHARS:
+        return None
+    return f"{len(text):,} characters (over {MAX_PROMPT_CHARS:,}, the most a prompt may have)"
+
+
+def check_prompt(text: Any, where: str = "prompt") -> str:
+    """A prompt given one by one (`sjdbench.decode`): text, not empty, not too long; returns it."""
+    if not isinstance(text, str):
+        raise UserError(f"{where} must be text (a str), got {type(text).__name__} {str(text)[:40]!r}")
+    if not text.strip():
+        raise UserError(f"{where} is empty; give the caption of the image to draw, e.g. 'a red circle'")
+    long = too_long(text)
+    if long:
+        raise UserError(f"{where} has {long}; shorten it")
+    return text
+
+
 def _check_lengths(path: Path, texts: list[tuple[int, str]]) -> None:
     for number, text in texts:
-        if len(text) > MAX_PROMPT_CHARS:
+        long = too_long(text)
+        if long:
             raise UserError(
-                f"{path} line {number} holds a prompt of {len(text):,} characters (over {MAX_PROMPT_CHARS:,}): is "
-                "this a prompt file? (one prompt per line, or a .tsv/.csv with a prompt column)"
+                f"{path} line {number} holds a prompt of {long}: is this a prompt file? (one prompt per line, or a "
+                ".tsv/.csv with a prompt column)"
             )
 
 
 def _table_rows(path: Path, text: str, column: str) -> list[tuple[int, str]]:
     """(line number, prompt) of a TSV or CSV file's column. No row may have more fields than the
     header (a tab or comma inside a prompt, or a shifted column) or lack the prompt's field (a cut
-    line; trailing empty fields may be left out), and no prompt may be empty: a silently dropped or
-    shifted row would shift prompt ids."""
+    line; trailing empty fields may be left out), no prompt may be empty, and no CSV quote may be
+    left open (the reader would take the rest of the file as one field): a silently dropped,
+    shifted or swallowed row would shift prompt ids. A quoted prompt may span lines."""
     suffix = path.suffix.lower()
     lines = io.StringIO(text, newline="")
     if suffix == ".tsv":
@@ -86,8 +108,15 @@ def _table_rows(path: Path, text: str, column: str) -> list[tuple[int, str]]:
             raise UserError(f"{path} has {lowered.count(column.lower())} columns named '{column}'; rename all but one")
         index = lowered.index(column.lower())
         out = []
+        physical, last_line = text.splitlines(), reader.line_num
         for row in reader:
-            number = reader.line_num
+            number, first = reader.line_num, last_line + 1
+            last_line = number
+            if number > first and "".join(physical[first - 1 : number]).count('"') % 2:
+                raise UserError(
+                    f"{path} line {first} opens a quote that is never closed, so its prompt would swallow every "
+                    "field and line after it; close the quote on that line"
+                )
             if not any(cell.strip() for cell in row):
                 continue  # a blank line
             if len(row) > len(header) or len(row) <= index:
@@ -147,10 +176,34 @@ class PromptSet:
     size: int  # prompts in the whole set: a run is complete when all of them are done
 
 
+DEFAULT_COLUMN = "prompt"  # data.column's default (DataConfig); matched case-insensitively
+
+
+def check_column(data) -> None:
+    """`data.column` names a column of a .tsv/.csv file: for a set read another way (one prompt per
+    line, or a public set whose format is its own) another value would do nothing, and is refused."""
+    from sjdbench.data.sets import SETS
+
+    if data.column.casefold() == DEFAULT_COLUMN:
+        return
+    if data.name in SETS:
+        source = f"data={data.name} is read in its own format"
+    else:
+        path = resolve_path(data)
+        if path.suffix.lower() in (".tsv", ".csv"):
+            return
+        source = f"data={data.name} reads {path.name}, one prompt per line"
+    raise UserError(
+        f"data.column={data.column} does nothing: {source}, without columns; leave data.column out "
+        "(it names the prompt column of a .tsv/.csv file)"
+    )
+
+
 def load_prompt_set(data) -> PromptSet:
     """The selection (limit first, then shard), the whole set's hash and size."""
     from sjdbench.data.sets import load_prompt_set as load_named_set
 
+    check_column(data)
     entries = load_named_set(data)  # parti, coco2017, coco2014_30k: verbatim, with metadata
     if entries is None:
         entries = [(t, {}) for t in read_prompt_file(resolve_path(data), data.column)]

@@ -14,7 +14,6 @@ from typing import Any, cast
 from sjdbench.decoding.loop import Decoder
 from sjdbench.decoding.parts import KINDS, Verifier
 from sjdbench.decoding.registry import ResolvedPart, default_part, resolve_part
-from sjdbench.errors import UserError
 
 GROWTH_READINGS = ("increases", "observations")
 AR_PARTS = {
@@ -111,17 +110,9 @@ class ResolvedDecoder:
 
 
 def resolve_decoder(config: Any) -> ResolvedDecoder:
-    """The spec of a `DecoderConfig` (or any object with its fields); UserError on bad input."""
-    if config.window < 1:
-        raise UserError(f"decoder.window must be >= 1, got {config.window}")
-    if config.growth_steps < 1:
-        raise UserError(f"decoder.growth_steps must be >= 1, got {config.growth_steps}")
-    if config.growth_reading not in GROWTH_READINGS:
-        raise UserError(
-            f"unknown decoder.growth_reading '{config.growth_reading}'; choose one of: {', '.join(GROWTH_READINGS)}"
-        )
-    if config.trace_positions < 0:
-        raise UserError(f"decoder.trace_positions must be >= 0, got {config.trace_positions}")
+    """The spec of a `DecoderConfig` (or any object with its fields): its parts resolved and typed
+    (UserError for an unknown part or knob); the ranges of its settings and knobs are checked by
+    sjdbench.config.schema.check_decoder."""
     raw = {kind: getattr(config, kind, None) for kind in KINDS}
     if not raw["topology"]:
         raw["topology"] = DEFAULT_TOPOLOGY

@@ -20,7 +20,7 @@ from typing import Any, cast
 import yaml
 
 from sjdbench.decoding.parts import KINDS, Part, PartConfig
-from sjdbench.errors import UserError
+from sjdbench.errors import UserError, type_error_text
 
 __all__ = ["KINDS", "ResolvedPart", "default_part", "part_choices", "part_yaml", "resolve_part"]
 
@@ -124,8 +124,9 @@ def default_part(kind: str, name: str) -> ResolvedPart:
 def resolve_part(kind: str, raw: Any, where: str) -> ResolvedPart:
     """A part from its config: a name, or a dict with `name` (and optionally `_target_`) plus knobs.
 
-    The part's YAML supplies `_target_` and default knobs; the given keys win. Unknown knobs, bad
-    types and out-of-range values fail here, with one line naming the key, before any model loads.
+    The part's YAML supplies `_target_` and default knobs; the given keys win. Unknown knobs and bad
+    types fail here, with one line naming the key; value ranges are checked with every other key's
+    (sjdbench.config.schema.check_decoder), before any model loads.
     """
     if isinstance(raw, str):
         raw = {"name": raw}
@@ -160,11 +161,7 @@ def resolve_part(kind: str, raw: Any, where: str) -> ResolvedPart:
         else:
             default = fields[knob].default
             children[knob] = resolve_part(child_kind, default, f"{where}.{knob}")
-    config = _typed(config_cls, merged, where)
-    try:
-        config.check()
-    except UserError as error:  # checks name the knob ("delta must be >= 0"); add where it lives
-        raise UserError(f"{where}.{error}") from None
+    config = _typed(config_cls, merged, where)  # its ranges: config.schema.check_decoder walks every part's `check`
     return ResolvedPart(kind, str(name), target, config, children)
 
 
@@ -179,4 +176,5 @@ def _typed(config_cls: type, values: dict, where: str) -> PartConfig:
     except OmegaConfBaseException as error:
         key = getattr(error, "key", None)
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UserError(f"{where}{f'.{key}' if key else ''}: {first}") from None
+        typed = type_error_text(f"{where}.{key}", first) if key else None
+        raise UserError(typed or f"{where}{f'.{key}' if key else ''}: {first}") from None

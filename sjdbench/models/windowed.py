@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from sjdbench.adapter import PromptBatch, Sampling, SegmentLayout
+from sjdbench.errors import UserError
 from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.gsd_threshold import nearest_neighbour_threshold
 
@@ -88,9 +89,10 @@ class WindowedAdapter:
     def new_cache(self, batch: int, prompt_len: int, window: int) -> WindowCache:
         N = self.layout.n_positions
         if self._max_positions is not None and prompt_len + N > self._max_positions:
-            raise ValueError(
-                f"prompt of {prompt_len} tokens + {N} image positions exceeds the model's "
-                f"{self._max_positions} positions; shorten the prompt"
+            raise UserError(
+                f"a prompt of {prompt_len} tokens does not fit: {self.name} has {self._max_positions} positions, "
+                f"{N} of them for the image, so a prompt may have at most {self._max_positions - N} tokens; "
+                "shorten the prompt"
             )
         cache = WindowCache(batch, prompt_len, N, window, self._kv_shape(), self.device, self.own_positions)
         cache.bound = self._bind(cache)

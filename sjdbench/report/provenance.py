@@ -177,11 +177,15 @@ def unused_runs(all_runs: pd.DataFrame) -> list[str]:
         else:
             wanted = run.get("selection_n") if pd.notna(run.get("selection_n")) else run.get("n_wanted")
             have = run.get("n_rows")
-            of = f"{int(have)} of {int(wanted)}" if pd.notna(wanted) and pd.notna(have) else f"{int(have or 0)}"
+            known = pd.notna(wanted) and pd.notna(have)
+            if known and have > wanted:  # rows written after the summary: more than its count, never "8 of 2"
+                held = f"{int(have)} samples stored, more than the {int(wanted)} its summary.json was written for"
+            else:
+                held = f"{int(have)} of {int(wanted)} samples" if known else f"{int(have or 0)} samples"
             why = run.get("incomplete_why")
             why = f", {why}" if isinstance(why, str) else ""
             out.append(
-                f"{run['run_id']} ({run.get('decoder')}): incomplete, {of} samples{why} "
+                f"{run['run_id']} ({run.get('decoder')}): incomplete, {held}{why} "
                 "(not used; re-run its command to finish it)"
             )
     return out

@@ -19,14 +19,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
-# sample-row fields that must be numbers, or lists of numbers, when present (the runner always writes them)
+# sample-row fields that must be numbers >= 0, or lists of numbers, when present (the runner always writes them)
 NUMBER_FIELDS = ("nfe", "n_tokens", "iterations", "accepted", "verified", "latency_s")
+STREAM_FIELDS = ("batch_size", "images", "decode_s")  # of a row's `stream`, numbers >= 0 when present
 LIST_FIELDS = ("accept_len_hist", "slot_accepted", "slot_verified", "tokens")
 # summary.json fields and the types they must have when present
 SUMMARY_TYPES: dict[str, tuple[type, ...]] = {
@@ -138,6 +140,40 @@ def config_problem(doc: dict) -> str | None:
     return None
 
 
+def summary_disagreement(summary: dict, env: dict, config: dict) -> str | None:
+    """Where summary.json contradicts the files the run was made from (its decoder as env.json
+    records it, its model, data, preset and seed as config.yaml records them), as a phrase. Readers
+    name and label a run from its summary: one that says another decoder, window or model is damage
+    (re-running the run's command rebuilds it), never a label to show. Runs of an older sjdbench
+    (no schema in env.json) are not compared."""
+    if not summary or "schema" not in env:
+        return None
+    checks: list[tuple[str, Any, Any, str]] = []
+    spec = env.get("decoder_spec")
+    if isinstance(spec, dict):
+        checks.append(("decoder_spec", summary.get("decoder_spec"), spec, "env.json's decoder_spec"))
+        checks.append(("window", summary.get("window"), spec.get("window"), "its decoder (env.json)"))
+        growth = spec.get("growth")
+        if isinstance(growth, dict):
+            checks.append(("growth_steps", summary.get("growth_steps"), growth.get("steps"), "its decoder (env.json)"))
+    for key, section in (("model", "model"), ("data", "data"), ("decoder_preset", "decoder")):
+        named = config.get(section)
+        checks.append((key, summary.get(key), named.get("name") if isinstance(named, dict) else None, "config.yaml"))
+    checks.append(("seed", summary.get("seed"), config.get("seed"), "config.yaml"))
+    for key, stored, truth, source in checks:
+        if stored is not None and truth is not None and stored != truth:
+            return (
+                f"summary.json says {key} = {json.dumps(stored, default=str)[:40]} but {source} says "
+                + json.dumps(truth, default=str)[:40]
+            )
+    decoder_label = summary.get("decoder")
+    preset = (config.get("decoder") or {}).get("name") if isinstance(config.get("decoder"), dict) else None
+    bases = {summary.get("decoder_family"), preset, "ar"} - {None, "custom"}
+    if isinstance(decoder_label, str) and preset and re.split(r"[(+]", decoder_label)[0] not in bases:
+        return f"summary.json labels the run {decoder_label!r}, which is not its decoder ({preset}, per config.yaml)"
+    return None
+
+
 def row_problem(row: Any) -> str | None:
     """Why a parsed JSON line is not a sample row (None: it is one)."""
     if not isinstance(row, dict):
@@ -155,6 +191,15 @@ def row_problem(row: Any) -> str | None:
         value = row.get(key)
         if value is not None and not _number(value):
             return f"has {key} = {json.dumps(value, default=str)[:40]}, not a number"
+        if value is not None and value < 0:  # counts and seconds: a negative one was never measured
+            return f"has {key} = {value}, below 0"
+    stream = row.get("stream")
+    if stream is not None and not isinstance(stream, dict):
+        return "has a stream that is not an object"
+    for key in STREAM_FIELDS:
+        value = (stream or {}).get(key)
+        if value is not None and not (_number(value) and value >= 0):
+            return f"has stream.{key} = {json.dumps(value, default=str)[:40]}, not a number >= 0"
     for key in LIST_FIELDS:
         value = row.get(key)
         if value is not None and not (isinstance(value, list) and all(_number(v) for v in value)):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,20 @@ from sjdbench.results.files import (
     read_rows,
     read_yaml,
     samples_sha,
+    summary_disagreement,
 )
 from sjdbench.results.pairing import find_baseline, pair_all, pair_key, timing_of
 from sjdbench.results.scorefile import SCORE_TYPES, score_problem, score_record
-from sjdbench.results.store import SCHEMA, USABLE, RunStore, check_marker, newer_text, read_jsonl, run_status
+from sjdbench.results.store import (
+    SCHEMA,
+    USABLE,
+    RunStore,
+    check_marker,
+    check_readable,
+    newer_text,
+    read_jsonl,
+    run_status,
+)
 from sjdbench.results.summary import STAT_FIELDS, summarize
 from sjdbench.runkey import SampleFacts
 
@@ -65,6 +76,9 @@ def _files(run_dir: Path) -> tuple[dict, dict, dict, list[str], int | None]:
         problems.append(f"config.yaml {config_read.problem}")
     elif config_read.doc is not None and config_problem(config):
         problems.append(f"config.yaml {config_problem(config)}")
+    disagreement = summary_disagreement(summary, env, config) if not problems else None
+    if disagreement:
+        problems.append(disagreement)
     has_samples = any(run_dir.glob("samples*.jsonl"))
     if config_read.missing and (summary or has_samples):
         problems.append("config.yaml is missing")
@@ -149,11 +163,19 @@ def _count_rows(run_dir: Path) -> int:
     return len(RunStore(run_dir.parent.parent, run_dir.name).rows())
 
 
+def _whole(value: Any) -> int | None:
+    """A count read from a record or a frame row (where pandas may hold it as a float), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    if value != int(value):
+        return None
+    return int(value)
+
+
 def _in_set(rows: list[dict], record: dict) -> list[dict]:
     """The rows of the run's prompt set (what its summary counts): prompt ids below the set's size."""
-    spp = record.get("samples_per_prompt")
-    wanted = record.get("n_wanted")
-    if not isinstance(spp, int) or not isinstance(wanted, int) or spp < 1:
+    spp, wanted = _whole(record.get("samples_per_prompt")), _whole(record.get("n_wanted"))
+    if spp is None or wanted is None or spp < 1:
         return rows
     size = wanted // spp
     return [r for r in rows if r["prompt_id"] < size and r.get("sample", 0) < spp]
@@ -201,6 +223,7 @@ def runs_frame(root: Path, rows: bool = False) -> pd.DataFrame:
     report, eval and the Python API show; without, statuses come from the summaries (what run and
     sweep need to pair a run they just wrote). A store whose schema marker is newer or damaged is
     refused with one line."""
+    check_readable(Path(root))
     check_marker(Path(root))
     runs = Path(root) / "runs"
     run_dirs = sorted(p for p in runs.glob("*") if p.is_dir()) if runs.is_dir() else []
@@ -244,11 +267,12 @@ TIMING_COLUMNS = [
 
 
 def load_samples(runs: pd.DataFrame, columns: list[str] | None = None) -> pd.DataFrame:
-    """Every sample row of the given runs, flat, with the run's identity columns in front (only the
-    given row columns, when named)."""
+    """Every sample row of the given runs' prompt sets (what their summaries count: a row whose
+    prompt id is not in the set is never exported or paired), flat, with the run's identity columns
+    in front (only the given row columns, when named)."""
     frames = []
     for run in runs.itertuples(index=False):
-        rows = RunStore(Path(run.run_dir).parent.parent, run.run_id).rows()
+        rows = _in_set(RunStore(Path(run.run_dir).parent.parent, run.run_id).rows(), run._asdict())
         if not rows:
             continue
         flat = [_flat_row(r) for r in rows]

@@ -35,7 +35,7 @@ from sjdbench.results.decoders import KINDS
 from sjdbench.results.files import read_yaml
 from sjdbench.results.root import WORD, results_root, split_results_dir
 from sjdbench.results.runs import DAMAGED, NEWER, with_baselines
-from sjdbench.results.store import USABLE
+from sjdbench.results.store import USABLE, check_readable
 from sjdbench.results.summary import SUMMARY_FIELDS
 
 SWEEP_ID = re.compile(r"[0-9a-f]{12}")
@@ -149,6 +149,7 @@ def parse_selection(words: list[str], results_dir: str | None = None, command: s
             f"select from one store at a time ({WORD}=DIR)"
         )
     selection.root = roots[0] if roots else results_root()
+    check_readable(selection.root)  # a file, a device or a store this user may not read: named before any work
     for word in bare:  # run ids and patterns of them, under the store's runs/
         if not _looks_like_run(selection.root, word):
             raise UserError(

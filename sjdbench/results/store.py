@@ -33,6 +33,7 @@ import numpy as np
 
 from sjdbench.errors import UserError
 from sjdbench.results.files import describe_bad_lines, parse_lines, read_json, read_rows
+from sjdbench.results.root import WORD
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +237,9 @@ def check_results_root(root: Path) -> None:
 
 def check_marker(root: Path) -> None:
     """The store's schema marker: refused when written by a newer sjdbench or damaged (it holds only
-    the schema, so deleting it is the fix; the next run writes it again)."""
+    the schema, so deleting it is the fix; the next run writes it again). A results path that is no
+    folder is named as such first (its "store.json" is no file to delete)."""
+    check_is_folder(root)
     marker = Path(root) / MARKER
     read = read_json(marker, {"schema": (int,)})
     if read.problem:
@@ -245,6 +248,42 @@ def check_marker(root: Path) -> None:
             "(the next `sjdbench run` writes it again)"
         )
     refuse_newer(marker, f"results_dir {root}")
+
+
+def check_is_folder(root: Path) -> None:
+    """A results path that exists must be a folder: a file or a device (`/dev/null`) is named as such."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        kind = "a file" if root.is_file() else "not a folder (a device or another special file)"
+        raise UserError(f"results_dir {root} is {kind}; name the store, the folder that holds runs/ ({WORD}=DIR)")
+
+
+READ_BY_READERS = ("summary.json", "env.json", "config.yaml", "scores")  # besides samples*.jsonl
+
+
+def check_readable(root: Path) -> None:
+    """Before a command reads a store (report, eval, the Python API): the store's folders and the
+    files of its runs that readers open may be read by this user. Unreadable files are not damage
+    (re-running would not help), so the first one is named with the fix for permissions."""
+    root = Path(root)
+    check_is_folder(root)
+
+    def readable(path: Path) -> bool:
+        if os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0)):
+            return True
+        raise UserError(
+            f"cannot read {path}: permission denied for this user; ask its owner for read access (e.g. "
+            f"chmod -R a+rX {root}), or read a copy of the store ({WORD}=DIR)"
+        )
+
+    runs = root / "runs"
+    if not root.exists() or not readable(root) or not runs.exists() or not readable(runs):
+        return
+    for run_dir in sorted(runs.iterdir()):
+        if run_dir.is_dir() and readable(run_dir):
+            for path in [*(run_dir / n for n in READ_BY_READERS), *run_dir.glob("samples*.jsonl")]:
+                if path.exists():
+                    readable(path)
 
 
 def mark_root(root: Path) -> None:

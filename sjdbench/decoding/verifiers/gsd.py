@@ -58,10 +58,10 @@ class GSDConfig(PartConfig):
     def check(self) -> None:
         if self.reading not in READINGS:
             raise UserError(f"reading '{self.reading}' is unknown; choose one of: {', '.join(READINGS)}")
-        if self.group_size < 0:
-            raise UserError(f"group_size must be >= 0, got {self.group_size}")
-        if self.p_thr < 0:
-            raise UserError(f"p_thr must be >= 0, got {self.p_thr}")
+        if self.group_size < 1:
+            raise UserError(f"group_size must be >= 1 (G tokens around the draft's rank), got {self.group_size}")
+        if not 0 <= self.p_thr <= 1:  # above 1 no token is grouped: GSD would silently be SJD
+            raise UserError(f"p_thr={self.p_thr} is out of range: it is a probability threshold; use 0..1")
         if self.d_thr is not None and self.d_thr <= 0:
             raise UserError(f"d_thr must be > 0 (or null for the model's value), got {self.d_thr}")
 
