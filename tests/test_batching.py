@@ -77,3 +77,23 @@ def test_a_batch_larger_than_the_requests_and_an_empty_list(debug64):
     got = list(jacobi_decode_batch(debug64, requests(2), decoder, debug64.default_sampling, 16))
     assert len(got) == 2
     assert list(jacobi_decode_batch(debug64, [], decoder, debug64.default_sampling, 4)) == []
+
+
+def test_a_batch_larger_than_the_run_allocates_only_what_it_decodes(tmp_path, monkeypatch):
+    """batch_size=64 on a one-sample run (the trial's 100000 allocated caches for 100000 samples): its
+    note says at most 1 decodes together, and no decode, the warm-up's included, asks the model for
+    more (the cache for B is allocated up front)."""
+    import sjdbench.run.runner as runner_module
+    from sjdbench.config import compose_run
+
+    asked: list[int] = []
+    real = runner_module.jacobi_decode_batch
+
+    def recording(adapter, requests, decoder, sampling, batch_size):
+        asked.append(min(batch_size, len(requests)))
+        return real(adapter, requests, decoder, sampling, batch_size)
+
+    monkeypatch.setattr(runner_module, "jacobi_decode_batch", recording)
+    words = ["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "data.limit=1", "warmup=2"]
+    outcome = runner_module.execute(compose_run([*words, "batch_size=64", f"results_dir={tmp_path}"]))
+    assert outcome.new_samples == 1 and asked == [1, 1, 1]  # two warm-up decodes, then the sample

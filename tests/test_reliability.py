@@ -148,7 +148,7 @@ def test_sweep_counts_each_run_once_and_calls_nothing_complete_that_is_not(tmp_p
     assert "4 runs (4 already stored)" in again.stdout
     plain = run(tmp_path, "decoder=sjd")
     assert "already stored (nothing decoded)" in plain.stdout and "not complete: a data.limit selection" in plain.stdout
-    whole = run(tmp_path, "decoder=sjd", "data.limit=8")
+    whole = runner.invoke(app, ["run", *[w for w in words(tmp_path, "decoder=sjd") if w != "data.limit=2"]])
     assert "8 of 8 samples of the prompt set stored; complete: the whole set" in whole.stdout
 
 
@@ -179,7 +179,7 @@ def no_model_loads(monkeypatch):
             ["decoder=gsd", "decoder.verifier.p_thr=2"],
             "decoder.verifier.p_thr=2.0 is out of range: it is a probability",
         ),
-        (["decoder=gsd", "decoder.verifier.p_thr=-0.5"], "decoder.verifier.p_thr must be >= 0"),
+        (["decoder=gsd", "decoder.verifier.p_thr=-0.5"], "decoder.verifier.p_thr=-0.5 is out of range"),
         (["data.shard=5/8"], "data.shard=5/8 selects no prompt: the selection holds 2 prompts"),
     ],
 )
@@ -193,7 +193,7 @@ def test_refused_with_the_range_before_the_model_loads(tmp_path, no_model_loads,
 def test_growth_steps_no_history_can_reach_are_refused_before_decoding(tmp_path):
     line = one_line(run(tmp_path, "decoder.growth_steps=1000"), "decoder.growth_steps=1000 can never be reached")
     assert f"an image has {POSITIONS} positions" in line and f"use decoder.growth_steps=1..{POSITIONS - 1}" in line
-    assert not list(tmp_path.glob("runs/*/samples.jsonl"))  # refused after the model loaded, before any decode
+    assert not (tmp_path / "runs").exists()  # refused after the model loaded, before any lock, row or folder
     observations = run(tmp_path, "decoder.growth_steps=13", "decoder.growth_reading=observations")
     assert "use decoder.growth_steps=1..12" in observations.stderr
     sweep = runner.invoke(app, ["sweep", *words(tmp_path, "decoder.growth_steps=3,1000")])
@@ -228,10 +228,11 @@ def test_a_window_larger_than_any_forward_can_use_is_clamped_with_a_note(tmp_pat
 
 
 def test_clamped_and_inert_settings_are_noted_before_the_model_loads(tmp_path, no_model_loads):
-    spec = resolve_run(compose_run(words(tmp_path, "data.limit=1000", "threads=4096", "batch_size=64")))
+    base = [w for w in words(tmp_path) if w != "data.limit=2"]
+    spec = resolve_run(compose_run([*base, "data.limit=1000", "threads=4096", "batch_size=64"]))
     text = " | ".join(spec.notes)
     assert "data.limit=1000 exceeds the 8 prompts of data=smoke; all are used" in text
-    assert "threads=4096 exceeds the" in text
+    assert "threads=4096 exceeds the" in text and "the run uses" in text
     assert "batch_size=64 but the run decodes at most 8 samples" in text
 
 

@@ -165,11 +165,30 @@ def load_adapter(spec: ResolvedRun, reporter: Reporter) -> Any:
     return adapter
 
 
+@dataclass
+class Fitted:
+    """A run's decoder and sampling fitted to the loaded model, and a note per setting it changed."""
+
+    decoder: Decoder
+    sampling: Sampling
+    notes: list[str]
+
+
+def fit_run(spec: ResolvedRun, adapter: Any) -> Fitted:
+    """The checks that need the model (config.ranges.fit_to_model; sampling against its image
+    tokens, for models that know their count only once built), made before the run's lock is taken
+    or anything is written, so a refused run leaves nothing behind."""
+    decoder, notes = fit_to_model(spec.decoder, spec.config.model.name, spec.decoder.build(adapter), adapter)
+    sampling = resolve_sampling(adapter.default_sampling, spec.config.sampling)
+    check_sampling(asdict(sampling), "sampling.", len(adapter.image_token_ids))
+    return Fitted(decoder, sampling, notes)
+
+
 class RunWriter:
     """One run open for writing (its lock held by the caller): the decoder built against the
     model, rows appended as samples finish."""
 
-    def __init__(self, spec: ResolvedRun, adapter: Any, timing: dict) -> None:
+    def __init__(self, spec: ResolvedRun, adapter: Any, timing: dict, fitted: Fitted | None) -> None:
         self.spec = spec
         self.store = spec.store()
         self.adapter = adapter
@@ -180,12 +199,8 @@ class RunWriter:
         self.notes: list[str] = []  # settings fitted to the model (config.ranges.fit_to_model)
         if not self.todo and not self.store.needs_metadata():
             return
-        self.decoder, self.notes = fit_to_model(
-            spec.decoder, spec.config.model.name, spec.decoder.build(adapter), adapter
-        )
-        self.sampling = resolve_sampling(adapter.default_sampling, spec.config.sampling)
-        # checked again now that the model is here: models without an image-token count before loading
-        check_sampling(asdict(self.sampling), "sampling.", len(adapter.image_token_ids))
+        fitted = fitted or fit_run(spec, adapter)  # the run had nothing to do when it was fitted
+        self.decoder, self.sampling, self.notes = fitted.decoder, fitted.sampling, fitted.notes
         resolved = {
             "sampling": asdict(self.sampling),
             "weights": spec.weights,
@@ -204,7 +219,7 @@ class RunWriter:
     def warmup(self) -> None:
         """Untimed decodes (a batch's worth when batched): first-call allocations and lazy
         initialisation stay out of the timings."""
-        batch = self.spec.config.batch_size
+        batch = min(self.spec.config.batch_size, len(self.todo))  # never more than the run decodes together
         for i in range(self.spec.config.warmup if self.todo else 0):
             requests = [
                 Request(prompt.text, torch.Generator(self.spec.device).manual_seed(i))
@@ -333,11 +348,17 @@ def execute_runs(
     aside: dict[str, RunOutcome] = {}  # run_id -> the outcome of a run skipped or refused on its own
     with contextlib.ExitStack() as locks:
         try:
-            specs = _lock(locks, specs, keep_going, aside, reporter)
-            if any(len(spec.wanted_keys - spec.store().done_keys()) or spec.store().needs_metadata() for spec in specs):
+            busy = [spec for spec in specs if _has_work(spec)]
+            for spec in busy:  # a run another process writes is refused before its model loads
+                if spec.store().being_written() and not keep_going:
+                    raise RunLocked(spec.store().locked_text())
+            if busy:
                 apply_threads(specs[0].config.threads, specs[0].device)
                 adapter = adapter if adapter is not None else load_adapter(specs[0], reporter)
-            writers = _writers(specs, adapter, timing, keep_going, aside, reporter)
+            fitted = _fit(busy, adapter, keep_going, aside)  # every refusal before any lock or write
+            specs = [spec for spec in specs if spec.run_id not in aside]
+            specs = _lock(locks, specs, keep_going, aside, reporter)
+            writers = _writers(specs, adapter, timing, fitted, keep_going, aside, reporter)
             specs = [w.spec for w in writers]
             if not writers:
                 return [aside[spec.run_id] for spec in everyone]
@@ -403,15 +424,41 @@ def _lock(locks, specs: list[ResolvedRun], keep_going: bool, aside: dict, report
     return locked
 
 
+def _has_work(spec: ResolvedRun) -> bool:
+    """Whether a run has samples to decode or metadata to rewrite (read without its lock: the writer
+    reads again under it)."""
+    store = spec.store()
+    return bool(spec.wanted_keys - store.done_keys()) or store.needs_metadata()
+
+
+def _fit(specs: list[ResolvedRun], adapter: Any, keep_going: bool, aside: dict) -> dict[str, Fitted]:
+    """Each run fitted to the loaded model (`fit_run`); with `keep_going`, a run whose settings do
+    not fit (config.ranges.fit_to_model) fails on its own, with its line, and the others go on."""
+    fitted = {}
+    for spec in specs:
+        try:
+            fitted[spec.run_id] = fit_run(spec, adapter)
+        except UserError as error:
+            if not keep_going:
+                raise
+            aside[spec.run_id] = RunOutcome(spec.run_id, str(spec.store().dir), "failed", {}, 0, str(error))
+    return fitted
+
+
 def _writers(
-    specs: list[ResolvedRun], adapter: Any, timing: dict, keep_going: bool, aside: dict, reporter: Reporter
+    specs: list[ResolvedRun],
+    adapter: Any,
+    timing: dict,
+    fitted: dict[str, Fitted],
+    keep_going: bool,
+    aside: dict,
+    reporter: Reporter,
 ) -> list[RunWriter]:
-    """A writer per run; with `keep_going`, a run whose settings do not fit the loaded model
-    (config.ranges.fit_to_model) fails on its own, with its line, and the others go on."""
+    """A writer per locked run (its decoder fitted before the lock was taken)."""
     writers = []
     for spec in specs:
         try:
-            writer = RunWriter(spec, adapter, timing)
+            writer = RunWriter(spec, adapter, timing, fitted.get(spec.run_id))
         except UserError as error:
             if not keep_going or isinstance(error, StoreError):
                 raise
