@@ -98,6 +98,24 @@ def test_run_decodes_again_the_samples_a_deleted_file_held(tmp_path):
     assert check_rows(read_run(folder))["status"] == "finished"
 
 
+@pytest.mark.parametrize("name", ["summary.json", "env.json", "config.yaml", "samples.jsonl"])
+def test_a_folder_where_a_file_of_the_run_belongs_is_one_line_everywhere(tmp_path, name):
+    """No command deletes a folder it did not make: run and the readers say the same thing (move it
+    out of the way), before anything loads, instead of "rebuilt" and then "cannot write"."""
+    assert run(tmp_path).exit_code == 0
+    folder = only_run(tmp_path)
+    (folder / name).unlink()
+    (folder / name).mkdir()
+    needle = f"{name} is a folder, not a file (move it out of the way; the next run writes the file again)"
+    again = run(tmp_path)
+    one_line(again, needle)
+    assert "loading model" not in again.stderr and not notes(again)
+    report = runner.invoke(app, ["report", f"results_dir={tmp_path}", "--out", str(tmp_path / "out")])
+    assert report.exit_code == 2 and needle in report.stderr
+    (folder / name).rmdir()
+    assert run(tmp_path).exit_code == 0
+
+
 def test_run_refuses_a_run_written_by_a_newer_sjdbench(tmp_path):
     assert run(tmp_path).exit_code == 0
     summary = only_run(tmp_path) / "summary.json"

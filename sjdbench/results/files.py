@@ -54,6 +54,10 @@ ENV_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+# a folder where a file of the store belongs: no command of ours deletes a folder it did not make
+FOLDER_NOT_FILE = "is a folder, not a file (move it out of the way; the next run writes the file again)"
+
+
 @dataclass
 class Read:
     """A JSON or YAML file as read: `doc` when it is usable, `problem` (a phrase) when it is damaged;
@@ -74,7 +78,7 @@ def _text(path: Path) -> tuple[str | None, str | None]:
     except FileNotFoundError:
         return None, None
     except IsADirectoryError:
-        return None, "is a folder, not a file"
+        return None, FOLDER_NOT_FILE
     except OSError as error:
         return None, f"cannot be read ({error.strerror or error})"
     if not raw.strip():
@@ -275,6 +279,8 @@ def read_rows(path: Path) -> Rows:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         return Rows()
+    except IsADirectoryError:
+        return Rows(bad=[(0, FOLDER_NOT_FILE)])
     except OSError as error:
         return Rows(bad=[(0, f"cannot be read ({error.strerror or error})")])
     return parse_lines(data)

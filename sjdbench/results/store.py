@@ -32,7 +32,7 @@ from typing import Callable, Iterator, TypeGuard
 import numpy as np
 
 from sjdbench.errors import UserError
-from sjdbench.results.files import describe_bad_lines, parse_lines, read_json, read_rows
+from sjdbench.results.files import FOLDER_NOT_FILE, describe_bad_lines, parse_lines, read_json, read_rows
 from sjdbench.results.root import WORD
 
 log = logging.getLogger(__name__)
@@ -361,9 +361,19 @@ class RunStore:
         return self.dir / f".{self.samples_path.name}.lock"
 
     def check_schema(self) -> None:
-        """Refuse a run directory written by a newer sjdbench."""
+        """Refuse a run directory written by a newer sjdbench, or one where a folder stands in the way
+        of a file the run writes (or a file in the way of its images folder): the run could not
+        write it, and no command of ours deletes what it did not make."""
         for name in ("env.json", "summary.json"):
             refuse_newer(self.dir / name, f"run {self.run_id}")
+        for path in (self.dir / "config.yaml", self.dir / "env.json", self.summary_path, self.samples_path):
+            if path.is_dir():
+                raise StoreError(f"run {self.run_id}: {path.name} {FOLDER_NOT_FILE}: {path}")
+        if self.images.exists() and not self.images.is_dir():
+            raise StoreError(
+                f"run {self.run_id}: images is a file, not a folder (move it out of the way; the next run makes the "
+                f"folder): {self.images}"
+            )
 
     @contextlib.contextmanager
     def writer(self) -> Iterator[RunStore]:
