@@ -86,6 +86,29 @@ def test_run_repairs_a_damaged_run_and_the_readers_read_it_again(tmp_path, damag
         assert (folder / "samples.jsonl.damaged").read_bytes() == b"garbage\n"  # kept, not deleted
 
 
+def test_the_torn_line_repair_is_a_note_like_every_other_repair(tmp_path, caplog):
+    """A line cut short by a killed writer is removed before the next append, and said in a `note:`
+    line of the command (never a logger's `WARNING sjdbench.results.store:` line)."""
+    assert run(tmp_path).exit_code == 0
+    folder = only_run(tmp_path)
+    with (folder / "samples.jsonl").open("a") as handle:
+        handle.write('{"prompt_id": 2, "tok')  # killed mid-write
+    again = run(tmp_path)
+    assert again.exit_code == 0, again.output
+    assert any("removed the torn last line of samples.jsonl (21 bytes)" in n for n in notes(again)), again.stderr
+    assert not caplog.records and "WARNING" not in again.stderr
+    assert len(read_jsonl(folder / "samples.jsonl")) == 2
+
+
+def test_library_log_lines_read_as_the_command_lines_own():
+    import logging
+
+    from sjdbench.cli.commands import OneLine
+
+    record = logging.LogRecord("sjdbench.results.store", logging.WARNING, __file__, 1, "a %s\nb", ("line",), None)
+    assert OneLine().format(record) == "warning: a line b"
+
+
 def test_run_decodes_again_the_samples_a_deleted_file_held(tmp_path):
     assert run(tmp_path).exit_code == 0
     folder = only_run(tmp_path)

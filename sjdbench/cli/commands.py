@@ -71,10 +71,20 @@ def _click_errors():
     return exceptions
 
 
+class OneLine(logging.Formatter):
+    """A library's log record as the command line's other lines: `warning: ...` on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = " ".join(part.strip() for part in record.getMessage().splitlines() if part.strip())
+        return f"{record.levelname.lower()}: {text}"
+
+
 def main() -> None:
     """The console script: usage errors (unknown option, missing value) also end in one line."""
     errors = _click_errors()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(OneLine())
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     try:
         code = app(standalone_mode=False)
     except errors.UsageError as error:

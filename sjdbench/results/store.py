@@ -141,7 +141,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def truncate_torn_tail(path: Path) -> int:
-    """Cut a last line that has no newline (a write killed half-way); returns the bytes removed.
+    """Cut a last line that has no newline (a write killed half-way); returns the bytes removed (the
+    run's writer says so in its `repairs`).
 
     Such a line never held a finished sample (a row counts once its newline is on disk), so
     removing it loses nothing, and the next append starts on a line of its own.
@@ -169,7 +170,6 @@ def truncate_torn_tail(path: Path) -> int:
         handle.truncate(keep)
         handle.flush()
         os.fsync(handle.fileno())
-    log.warning("%s: removed a torn last line (%d bytes) left by an interrupted write", path, size - keep)
     return size - keep
 
 
@@ -385,8 +385,12 @@ class RunStore:
         with _flock(self.lock_path, blocking=False) as acquired:
             if not acquired:
                 raise RunLocked(self.locked_text())
-            truncate_torn_tail(self.samples_path)
-            self.repairs = self._set_aside_bad_lines()
+            torn = truncate_torn_tail(self.samples_path)
+            self.repairs = [
+                f"run {self.run_id}: removed the torn last line of {self.samples_path.name} ({torn} bytes) that an "
+                "interrupted write left (never a finished sample)"
+            ] * bool(torn)
+            self.repairs += self._set_aside_bad_lines()
             self.repairs += [
                 f"run {self.run_id}: {name} {problem}; it is rewritten from this run's config"
                 for name, problem in self.metadata_problems().items()
