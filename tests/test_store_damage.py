@@ -379,6 +379,28 @@ def test_a_row_outside_the_prompt_set_is_neither_exported_nor_counted(store, tmp
     assert sorted(mine["prompt_id"]) == sorted(r["prompt_id"] for r in rows) and 999 not in set(exported["prompt_id"])
 
 
+def test_the_report_table_is_whole_when_output_is_not_a_terminal(store, tmp_path, capsys):
+    """In a log or a pipe a table keeps every column and every cell: one line per row at the table's
+    own width, never cut to '…' to fit a width the output does not have (the toy's quality table
+    is about 280 columns wide)."""
+    from rich.table import Table
+
+    from sjdbench.cli.console import table
+
+    wide = Table()
+    headers = [f"toy CLIP-Score number {i} (100 * max(cos, 0)) ↑" for i in range(8)]
+    for header in headers:
+        wide.add_column(header, no_wrap=True)
+    wide.add_row(*[f"{70 + i}.00 [68.12, 72.34]" for i in range(8)])
+    table(wide)
+    printed = capsys.readouterr().out
+    assert "…" not in printed and all(h in printed for h in headers)
+    assert len([line for line in printed.splitlines() if "[68.12, 72.34]" in line]) == 1
+    root, ids, _ = store
+    result = report(root, tmp_path / "out")
+    assert result.exit_code == 0 and "…" not in result.stdout and ids["sjd"] not in result.stderr
+
+
 # -- where the store is ------------------------------------------------------------------------------
 
 

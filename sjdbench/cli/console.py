@@ -7,11 +7,13 @@ input ends in `fail`: `error: what was wrong; how to fix it` on stderr and exit 
 
 from __future__ import annotations
 
+import io
 import sys
 from typing import NoReturn
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.measure import Measurement
 
 from sjdbench.errors import Interrupted
 
@@ -19,9 +21,16 @@ out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 132)  # log
 err = Console(stderr=True, soft_wrap=True)  # one physical line per message, even in logs
 
 
-def wide() -> Console:
-    """stdout for wide tables: the terminal itself, or 160 columns in logs (one line per table row)."""
-    return out if out.is_terminal else Console(width=160)
+def table(renderable: RenderableType) -> None:
+    """A table on stdout: on a terminal at the terminal's width; otherwise (a log, a pipe, CI) at the
+    table's own width, so that every row is one line and no column is cut to '…' (rich fits a table
+    to the console's width by cutting cells, and a log has no width of its own)."""
+    if out.is_terminal:
+        out.print(renderable)
+        return
+    probe = Console(width=100_000, file=io.StringIO())
+    natural = Measurement.get(probe, probe.options, renderable).maximum
+    Console(width=max(natural, 80), soft_wrap=True, file=sys.stdout).print(renderable)
 
 
 def line(text: str) -> None:

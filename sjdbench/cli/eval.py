@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from sjdbench.cli.console import fail, note, out
+from sjdbench.cli.console import fail, note, out, table
 from sjdbench.errors import UserError
 from sjdbench.results.root import ENV
 
@@ -88,10 +88,10 @@ def eval_command(
         speedups = run_speedups(selected)
     except UserError as error:
         fail(str(error))
-    out.print(outcome_table(outcomes))
-    table = quality_table(selected, speedups)
-    if table is not None:
-        out.print(table)
+    table(outcome_table(outcomes))
+    quality = quality_table(selected, speedups)
+    if quality is not None:
+        table(quality)
 
 
 def select_finished(words: list[str], results_dir: str | None = None) -> list:

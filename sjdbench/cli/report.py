@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from sjdbench.cli.console import fail, line, note, out, warn, wide
+from sjdbench.cli.console import fail, line, note, out, table, warn
 from sjdbench.errors import UserError
 
 
@@ -42,10 +42,9 @@ def report(
         result = build_report(filters or [], target, every_run=every_run, trace=trace_drafts, progress=line)
     except UserError as error:
         fail(str(error))
-    terminal = wide()
-    for table in result.main:
-        terminal.print(to_rich(table))
-        for text in table.warnings:
+    for main in result.main:
+        table(to_rich(main))
+        for text in main.warnings:
             line(text)
     for text in result.warnings:
         warn(text)

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from sjdbench.cli.console import err, fail, interrupted, line, note, os_failure, out, say
+from sjdbench.cli.console import err, fail, interrupted, line, note, os_failure, out, say, table
 from sjdbench.cli.progress import CliReporter, progress_bar
 from sjdbench.cli.tables import latency_warnings, summary_table
 from sjdbench.errors import Interrupted, UserError
@@ -54,7 +54,7 @@ def run(
         os_failure(error)
     summary = outcome.summary
     say(f"run {outcome.run_id} {outcome_text(outcome)} -> {outcome.run_dir}; {held_text(summary)}")
-    out.print(summary_table("summary", [summary], speed, marks))
+    table(summary_table("summary", [summary], speed, marks))
     for text in latency_warnings([summary]):
         line(text)
 
