@@ -114,6 +114,30 @@ def test_bad_values_are_one_line_before_the_model_loads(tmp_path, no_model_loads
     assert nothing_written(tmp_path)
 
 
+@pytest.mark.parametrize(
+    "words,needle",
+    [
+        (["train", "--steps", "-1"], "--steps must be at least 1 (optimizer steps), got -1"),
+        (["train", "--minutes", "-1"], "--minutes must be at least 0.1 (the time budget), got -1"),
+        (["train", "--threads", "0"], "--threads must be at least 1 (CPU threads), got 0"),
+        (["train", "--out", "/dev/null", "--steps", "1"], "--out /dev/null is a file, not a folder"),
+        (["train-clip", "--steps", "0"], "--steps must be at least 1"),
+        (["train-clip", "--threads", "0"], "--threads must be at least 1"),
+        (["calibrate", "--n", "0"], "--n must be at least 1 (held-out captions), got 0"),
+        (["calibrate", "--top-k", "-3"], "--top-k must be at least 0 (0 = off), got -3"),
+    ],
+)
+def test_toy_commands_check_their_options_before_starting(tmp_path, monkeypatch, words, needle):
+    """`toy train --steps -1` trained nothing and exported an untrained model; `--threads 0` and
+    `--out /dev/null` ended in a traceback or a bare OS error."""
+    import sjdbench.toyworld.train as train_module
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(train_module, "train_toy", lambda *a, **k: pytest.fail("training started"))
+    one_line_error(runner.invoke(app, ["toy", *words]), needle)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_empty_results_dir_is_refused_not_read_as_the_default(tmp_path, no_model_loads, monkeypatch):
     """`results_dir=$OUT` with OUT unset would otherwise send the run to ./results (another store)."""
     monkeypatch.chdir(tmp_path)

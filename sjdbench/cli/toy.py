@@ -11,6 +11,24 @@ import typer
 from sjdbench.cli.console import fail
 from sjdbench.errors import UserError
 
+OUT_FIX = "give --out a folder that can be created and written (--out DIR)"
+
+
+def check_options(out: Optional[Path] = None, **counts: tuple[float | None, float, str]) -> None:
+    """The toy commands' options before anything starts (a training takes minutes to fail otherwise):
+    each count at least its lowest meaningful value (`--steps -1` would train nothing and export an
+    untrained model), and --out a folder that can be created and written."""
+    from sjdbench.results.store import check_folder
+
+    for option, (value, low, what) in counts.items():
+        if value is not None and value < low:
+            fail(f"--{option.replace('_', '-')} must be at least {low:g} ({what}), got {value:g}")
+    if out is not None:
+        try:
+            check_folder(out, "--out", OUT_FIX)
+        except UserError as error:
+            fail(str(error))
+
 
 def train(
     out: Optional[Path] = typer.Option(
@@ -38,6 +56,12 @@ def train(
 
     if steps is not None and minutes is not None:
         fail("give either --steps or --minutes, not both")
+    check_options(
+        out,
+        steps=(steps, 1, "optimizer steps"),
+        minutes=(minutes, 0.1, "the time budget"),
+        threads=(threads, 1, "CPU threads"),
+    )
     if steps is None and minutes is None:
         steps = SHIPPED_STEPS
     try:
@@ -76,6 +100,12 @@ def train_clip(
     from sjdbench.toyworld.train import DEFAULT_OUT, publish
 
     out = out or DEFAULT_OUT
+    check_options(
+        out,
+        steps=(steps, 1, "optimizer steps"),
+        minutes=(minutes, 0.1, "the time budget"),
+        threads=(threads, 1, "CPU threads"),
+    )
     if out.resolve() == WEIGHTS_DIR.resolve() and not overwrite:
         fail(
             f"{out} holds the shipped toy CLIP; train into another folder (--out DIR), "
@@ -114,6 +144,14 @@ def calibrate(
     from sjdbench.run.toy_calibration import calibrate as run
     from sjdbench.run.toy_calibration import knob_sweep
 
+    check_options(
+        n=(n, 1, "held-out captions"),
+        n_objects=(n_objects, 0, "AR samples for the object finder"),
+        top_k=(top_k, 0, "0 = off"),
+        cfg=(cfg_scale, 0, "1 = no guidance"),
+    )
+    if out is not None:
+        check_options(out.parent)
     sampling: dict[str, Any] = {k: v for k, v in {"top_k": top_k, "cfg_scale": cfg_scale}.items() if v is not None}
     res: dict | list[dict]
     try:
