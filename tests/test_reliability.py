@@ -243,6 +243,17 @@ def test_growth_steps_no_history_can_reach_are_refused_before_decoding(tmp_path)
     assert len(list(tmp_path.glob("runs/*/samples.jsonl"))) == 2  # N = 3 and its AR baseline
 
 
+def test_a_row_start_past_the_grid_is_noted_once_the_model_is_built(tmp_path):
+    """rows' row_start counts tokens of the row above: at the grid's width or beyond it no two rows
+    are ever decoded together (the debug grid here is 3 wide, PJD's default row_start 8)."""
+    wide = run(tmp_path, "decoder=pjd")
+    assert wide.exit_code == 0, wide.output
+    needle = "decoder.topology.row_start=8 is not below the 3 tokens of an image row"
+    assert any(needle in n and "use decoder.topology.row_start=1..2 for rows in parallel" in n for n in notes(wide))
+    fits = run(tmp_path, "decoder=pjd", "decoder.topology.row_start=2")
+    assert fits.exit_code == 0 and not any("row_start" in n for n in notes(fits))
+
+
 def test_a_chain_window_too_short_for_the_growth_steps_is_noted(tmp_path):
     result = run(tmp_path, "decoder.window=2")
     assert result.exit_code == 0

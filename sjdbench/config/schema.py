@@ -487,6 +487,20 @@ def check_decoder(decoder: ResolvedDecoder) -> None:
         visit(part, f"decoder.{kind}")
 
 
+def model_notes(decoder: ResolvedDecoder, layout: Any) -> list[str]:
+    """The walk of `check_decoder` once the model is built: a line per knob that is legal but does
+    nothing on this model's images (`PartConfig.model_notes`, e.g. a rows topology whose row_start
+    is not below the grid's width)."""
+
+    def visit(part: ResolvedPart, where: str) -> list[str]:
+        notes = part.config.model_notes(layout, where)
+        return notes + [n for key, child in part.children.items() for n in visit(child, f"{where}.{key}")]
+
+    if decoder.is_ar:
+        return []
+    return [note for kind, part in decoder.parts().items() for note in visit(part, f"decoder.{kind}")]
+
+
 def decoder_spec(config: RunConfig) -> ResolvedDecoder:
     """The resolved decoder of a run config (its parts, typed and checked). A run resolves it once,
     in `resolve_run`, and carries it in its `ResolvedRun`."""

@@ -46,6 +46,11 @@ class PartConfig:
     def check(self) -> None:
         """Raise UserError (message without the key prefix) for values out of range."""
 
+    def model_notes(self, layout: SegmentLayout, where: str) -> list[str]:
+        """A line per knob that is legal but does nothing on images of this layout (known once the
+        model is built); `where` is the knob's key prefix, e.g. decoder.topology."""
+        return []
+
     def unused(self) -> set[str]:
         """Knobs the current settings make irrelevant: they neither enter the run id nor the label."""
         return set()

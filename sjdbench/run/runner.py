@@ -39,7 +39,7 @@ import torch
 from sjdbench.adapter import Sampling
 from sjdbench.config.ranges import fit_to_model
 from sjdbench.config.resolve import ResolvedRun, resolve_run
-from sjdbench.config.schema import RunConfig, check_sampling, to_yaml
+from sjdbench.config.schema import RunConfig, check_sampling, model_notes, to_yaml
 from sjdbench.data.prompts import Prompt
 from sjdbench.decoding.build import resolved_settings
 from sjdbench.decoding.loop import Decoder, DecodeResult, Request, jacobi_decode, jacobi_decode_batch
@@ -179,6 +179,7 @@ def fit_run(spec: ResolvedRun, adapter: Any) -> Fitted:
     tokens, for models that know their count only once built), made before the run's lock is taken
     or anything is written, so a refused run leaves nothing behind."""
     decoder, notes = fit_to_model(spec.decoder, spec.config.model.name, spec.decoder.build(adapter), adapter)
+    notes += model_notes(spec.decoder, adapter.layout)
     sampling = resolve_sampling(adapter.default_sampling, spec.config.sampling)
     check_sampling(asdict(sampling), "sampling.", len(adapter.image_token_ids))
     return Fitted(decoder, sampling, notes)

@@ -56,6 +56,16 @@ class RowsConfig(PartConfig):
         if self.max_rows < 0:
             raise UserError(f"max_rows must be >= 0 (0 = no cap), got {self.max_rows}")
 
+    def model_notes(self, layout, where: str) -> list[str]:
+        width = layout.grid_hw[1]
+        if self.row_start < width:
+            return []
+        return [
+            f"{where}.row_start={self.row_start} is not below the {width} tokens of an image row: a row starts "
+            f"only once the row above is complete, so no two rows are decoded together; use "
+            f"{where}.row_start=1..{width - 1} for rows in parallel"
+        ]
+
 
 @dataclass
 class Bands:
