@@ -116,6 +116,22 @@ def test_scores_are_never_recomputed_and_waiting_comparisons_are_filled_in_later
     assert {o.status for o in score([root / "runs" / ids["sjd"]], config)} == {"present"}
 
 
+def test_eval_beside_a_score_file_whose_value_is_a_string_scores_it_again(toy_results, tmp_path):
+    """A score file of the wrong shape (the trial's value "high") is damage: eval measures again and
+    writes a sound file in its place, with no traceback."""
+    source, ids = toy_results
+    root = tmp_path / "results"
+    for key in ("ar", "sjd"):
+        shutil.copytree(source / "runs" / ids[key], root / "runs" / ids[key])
+    assert cli.invoke(app, ["eval", f"results_dir={root}", "eval=toy"]).exit_code == 0
+    (path,) = (root / "runs" / ids["sjd"] / "scores").glob("toy_clip-*.json")
+    good = json.loads(path.read_text())
+    path.write_text(json.dumps({**good, "value": "high"}))
+    result = cli.invoke(app, ["eval", f"results_dir={root}", "eval=toy"])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert json.loads(path.read_text())["value"] == pytest.approx(good["value"])
+
+
 def test_the_ar_runs_eval_compares_with_are_the_sweep_baselines(toy_results):
     source, ids = toy_results
     run = open_run(source / "runs" / ids["sjd"])
