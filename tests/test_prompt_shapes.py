@@ -111,6 +111,8 @@ def test_a_column_a_set_without_columns_does_not_read_is_refused(tmp_path):
         resolve_run(compose_run(["model=debug", "data=toy", "data.column=foo"]))
     with pytest.raises(UserError, match=r"data.column=foo does nothing: data=coco2017 is read in its own format"):
         resolve_run(compose_run(["model=debug", "data=coco2017", f"data.path={path}", "data.column=foo"]))
+    with pytest.raises(UserError, match=r"data.caption=first does nothing: data=toy has one caption per prompt"):
+        resolve_run(compose_run(["model=debug", "data=toy", "data.caption=first"]))
     with pytest.raises(UserError, match=r"data.column= is empty"):
         compose_run(["data.column="])
     spec = resolve_run(compose_run(["model=debug", "data=file", f"data.path={path}", "data.column=Prompt"]))

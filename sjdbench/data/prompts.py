@@ -179,11 +179,21 @@ class PromptSet:
 DEFAULT_COLUMN = "prompt"  # data.column's default (DataConfig); matched case-insensitively
 
 
-def check_column(data) -> None:
-    """`data.column` names a column of a .tsv/.csv file: for a set read another way (one prompt per
-    line, or a public set whose format is its own) another value would do nothing, and is refused."""
+CAPTION_SETS = ("coco2017",)  # the sets whose prompts data.caption chooses among (several captions per image)
+
+
+def check_unread_keys(data) -> None:
+    """Keys of the data group that only some prompt sets read, given for a set that would ignore
+    them: refused rather than doing nothing. `data.caption` chooses among COCO's captions of an
+    image; `data.column` names a column of a .tsv/.csv file, and for a set read another way (one
+    prompt per line, or a public set whose format is its own) another value would do nothing."""
     from sjdbench.data.sets import SETS
 
+    if data.caption is not None and data.name not in CAPTION_SETS:
+        raise UserError(
+            f"data.caption={data.caption} does nothing: data={data.name} has one caption per prompt (data.caption "
+            f"chooses among the captions of an image in {', '.join(CAPTION_SETS)}); leave it out"
+        )
     if data.column.casefold() == DEFAULT_COLUMN:
         return
     if data.name in SETS:
@@ -203,7 +213,7 @@ def load_prompt_set(data) -> PromptSet:
     """The selection (limit first, then shard), the whole set's hash and size."""
     from sjdbench.data.sets import load_prompt_set as load_named_set
 
-    check_column(data)
+    check_unread_keys(data)
     entries = load_named_set(data)  # parti, coco2017, coco2014_30k: verbatim, with metadata
     if entries is None:
         entries = [(t, {}) for t in read_prompt_file(resolve_path(data), data.column)]
