@@ -87,7 +87,7 @@ def load_model(name: str, device: str = "auto", **options: Any) -> ImageARAdapte
     words = [f"model={name}"]
     for key, value in options.items():
         words.append(_override(f"model.{key}" if key in TOP_LEVEL else f"model.options.{key}", value))
-    config = compose_run(words)  # the command line's checks: types, ranges (model.options.top_k=-5), ...
+    config = compose_run(words, typed=True)  # the command line's checks: types, ranges (model.options.top_k=-5), ...
     check_model(config)  # ... and the model's own: its options, weight files, sampling vs its image tokens
     return build_adapter(config.model.name, dict(config.model.options), resolve_device(device))
 
@@ -108,7 +108,7 @@ def build_decoder(preset: str = "sjd", **overrides: Any) -> ResolvedDecoder:
             words.append(f"decoder/{key}={value}")
         else:
             words.append(f"decoder.{key}={_hydra_value(value)}")
-    return compose_checked(words)[1]
+    return compose_checked(words, typed=True)[1]
 
 
 @dataclass(frozen=True)

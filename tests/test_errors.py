@@ -114,6 +114,21 @@ def test_bad_values_are_one_line_before_the_model_loads(tmp_path, no_model_loads
     assert nothing_written(tmp_path)
 
 
+def test_a_key_given_twice_is_refused_by_every_door(tmp_path, no_model_loads):
+    """run, sweep and the Python API refuse `decoder.window=16 decoder.window=32` naming both words,
+    where Hydra would keep the last one without a word."""
+    import sjdbench
+    from sjdbench.errors import UserError
+
+    needle = "decoder.window is given twice (decoder.window=16 and decoder.window=32); give it once"
+    one_line_error(run_cli(tmp_path, "decoder.window=16", "decoder.window=32"), needle)
+    sweep = run_cli(tmp_path, "decoder.window=16", "decoder.window=32", command="sweep")
+    assert sweep.exit_code == 2 and needle in sweep.stderr and "Traceback" not in sweep.output
+    with pytest.raises(UserError, match="decoder.window is given twice"):
+        sjdbench.build_decoder("sjd", window=16, **{"decoder.window": 32})
+    assert nothing_written(tmp_path)
+
+
 @pytest.mark.parametrize(
     "words,needle",
     [

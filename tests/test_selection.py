@@ -65,7 +65,9 @@ def test_one_store_at_a_time(store, tmp_path):
 
 def test_results_root_precedence(monkeypatch, tmp_path):
     monkeypatch.delenv("SJDBENCH_RESULTS", raising=False)
-    assert results_root() == results_root(None) == results_root("") == results_root(compose_run([]).results_dir)
+    assert results_root() == results_root(None) == results_root(compose_run([]).results_dir)
+    with pytest.raises(UserError, match="results_dir= is empty"):  # an unset shell variable names no store
+        results_root("")
     assert str(results_root()) == "results"
     monkeypatch.setenv("SJDBENCH_RESULTS", str(tmp_path / "env"))
     assert results_root() == tmp_path / "env"

@@ -17,7 +17,9 @@ SMALL = ["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "war
 
 
 def words(tmp_path, *extra):
-    return [*SMALL, f"results_dir={tmp_path}", "data.limit=2", *extra]
+    """The sweep's words: the small defaults, each key once (a key given twice is refused)."""
+    limit = [] if any(w.startswith("data.limit=") for w in extra) else ["data.limit=2"]
+    return [*SMALL, f"results_dir={tmp_path}", *limit, *extra]
 
 
 def test_grid_expansion_grammar():

@@ -30,7 +30,7 @@ def run(
 
     try:
         reject_eval_words(overrides or [])
-        config = compose_run(overrides or [])
+        config = compose_run(overrides or [], typed=True)
         if show_config:
             out.print(to_yaml(config), highlight=False, markup=False)
             return

@@ -151,11 +151,13 @@ MOVED_KEYS = {
 }
 
 
-def normalize_overrides(words: list[str]) -> list[str]:
+def normalize_overrides(words: list[str], repeats: bool = False) -> list[str]:
     """Accept `decoder.verifier=lantern` for `decoder/verifier=lantern` (choosing a part), and name
-    the new home of keys from the previous decoder schema. Refused here, for `run` and `sweep` alike:
-    a key that is no ASCII name, a key given twice (Hydra would keep the last one without a word) and
-    Hydra's own settings (`hydra.*`: sjdbench composes the config itself and reads none of them)."""
+    the new home of keys from the previous decoder schema. Refused here: a key that is no ASCII name,
+    Hydra's own settings (`hydra.*`: sjdbench composes the config itself and reads none of them) and,
+    unless `repeats`, a key given twice (`refuse_repeated`). Words people type come through here
+    (run, sweep, the Python API); `compose_raw` allows repeats, where sjdbench's own code sets a key
+    again on purpose (a sweep job pins the device and the store after the point's words)."""
     kinds = _part_kinds()
     out = []
     for word in words:
@@ -171,7 +173,8 @@ def normalize_overrides(words: list[str]) -> list[str]:
                         f"{bare} is no longer a key: decoders are built from parts; use {new} (see `sjdbench list`)"
                     )
         out.append(word)
-    _refuse_repeated(out)
+    if not repeats:
+        refuse_repeated(out)
     return out
 
 
@@ -192,7 +195,7 @@ def _check_key(word: str, key: str, eq: str) -> None:
         )
 
 
-def _refuse_repeated(words: list[str]) -> None:
+def refuse_repeated(words: list[str]) -> None:
     """A key given twice (`decoder.window=16 decoder.window=32`) is refused naming both words, rather
     than the last one winning without a word. Sweep presets (`+sweep=...`) may be combined."""
     first: dict[str, str] = {}
@@ -316,7 +319,7 @@ def compose_raw(overrides: list[str], config_name: str = "config") -> Any:
     for word in overrides:
         if "=" not in word.lstrip("~"):
             raise UserError(f"'{word}' is not an override; write key=value, e.g. decoder=sjd or decoder.window=32")
-    overrides = normalize_overrides(overrides)
+    overrides = normalize_overrides(overrides, repeats=True)
     _refuse_sweep_words(overrides)
     _check_choices(overrides)
     _check_syntax(overrides)
@@ -364,13 +367,18 @@ def to_run_config(raw: Any) -> RunConfig:
     return config
 
 
-def compose_run(overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """The checked run config of these overrides (`check_config`: ranges, parts and their knobs)."""
-    return compose_checked(overrides)[0]
+def compose_run(overrides: list[str] | tuple[str, ...] = (), typed: bool = False) -> RunConfig:
+    """The checked run config of these overrides (`check_config`: ranges, parts and their knobs).
+    typed: the words as a person gave them, where a key given twice is a mistake."""
+    return compose_checked(overrides, typed)[0]
 
 
-def compose_checked(overrides: list[str] | tuple[str, ...] = ()) -> tuple[RunConfig, ResolvedDecoder]:
+def compose_checked(
+    overrides: list[str] | tuple[str, ...] = (), typed: bool = False
+) -> tuple[RunConfig, ResolvedDecoder]:
     """The checked run config of these overrides and the decoder that checking resolved."""
+    if typed:
+        normalize_overrides(list(overrides))
     config = to_run_config(compose_raw(list(overrides)))
     return config, check_config(config)
 
