@@ -122,7 +122,14 @@ def test_load_runs_has_the_reports_speedup_columns(tmp_path):
 
 
 def test_import_sjdbench_is_cheap_and_lists_the_api():
-    assert set(sjdbench.__all__) == {"load_model", "build_decoder", "decode", "load_runs"}
+    assert set(sjdbench.__all__) == {
+        "load_model",
+        "build_decoder",
+        "decode",
+        "load_runs",
+        "load_reference",
+        "compare_reference",
+    }
     assert set(sjdbench.__all__) <= set(dir(sjdbench))
     with pytest.raises(AttributeError):
         sjdbench.no_such_function  # noqa: B018
