@@ -6,11 +6,13 @@ stays cheap):
     sjdbench.build_decoder(preset, **overrides)          -> resolved decoder spec
     sjdbench.decode(model, prompt, decoder, seed=0)      -> .tokens, .image, .stats, .latency_s
     sjdbench.load_runs(results_dir=None, **filters)      -> pandas DataFrame with speedup, CI and N
+    sjdbench.load_reference(name)                        -> a published table as a DataFrame
+    sjdbench.compare_reference(name, results_dir=None, **filters) -> our runs beside it
 """
 
 from typing import Any
 
-__all__ = ["build_decoder", "decode", "load_model", "load_runs"]
+__all__ = ["build_decoder", "compare_reference", "decode", "load_model", "load_reference", "load_runs"]
 
 
 def __getattr__(name: str) -> Any:

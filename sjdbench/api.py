@@ -8,6 +8,8 @@ line, for notebooks.
     out = sjdbench.decode(model, "a red circle at the top left", decoder, seed=0)
     out.image, out.tokens, out.stats.step_compression
     runs = sjdbench.load_runs("results", model="toy", decoder="sjd,sjd_vp")  # speedup, CI and N per run
+    paper = sjdbench.load_reference("sjd_pac_readme")                   # a published table, one row per row
+    side = sjdbench.compare_reference("sjd_pac_readme", "results")      # our runs beside it (report --reference)
 
 Spelling of overrides: a keyword is the command-line key without its group prefix. `load_model`
 takes the `model.*` keys (path, weights, dtype, resolution, size, compile) and the model's builder
@@ -64,6 +66,26 @@ def _require(what: str, value: Any, kinds: tuple[type, ...], expected: str) -> N
     """An argument of the wrong Python type, refused in one line (bool is no int here)."""
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         raise UserError(f"{what} must be {expected}, got {type(value).__name__} {str(value)[:40]!r}")
+
+
+def _store(results_dir: Any) -> str | None:
+    """The results_dir argument: None (the default store), or a folder as a str or a path."""
+    if results_dir is not None:
+        _require("results_dir", results_dir, (str, os.PathLike), "a folder (a str or a path)")
+    return None if results_dir is None else os.fspath(results_dir)
+
+
+def _filter_words(filters: dict[str, Any]) -> list[str]:
+    """Keyword filters as the words of `sjdbench report` (a list or tuple gives alternatives)."""
+    return [
+        f"{key}={','.join(map(str, value)) if isinstance(value, (list, tuple)) else value}"
+        for key, value in filters.items()
+    ]
+
+
+def _reference_name(name: Any) -> str:
+    _require("name", name, (str, os.PathLike), "a published table's name (see `sjdbench list reference`) or a file")
+    return os.fspath(name)
 
 
 def _override(key: str, value: Any) -> str:
@@ -190,13 +212,7 @@ def load_runs(results_dir: str | None = None, **filters: Any) -> pd.DataFrame:
     from sjdbench.results.select import parse_selection, select_runs
     from sjdbench.results.store import USABLE
 
-    if results_dir is not None:
-        _require("results_dir", results_dir, (str, os.PathLike), "a folder (a str or a path)")
-    words = [
-        f"{key}={','.join(map(str, value)) if isinstance(value, (list, tuple)) else value}"
-        for key, value in filters.items()
-    ]
-    selection = parse_selection(words, results_dir)
+    selection = parse_selection(_filter_words(filters), _store(results_dir))
     store = runs_frame(selection.root, rows=True)
     selected = select_runs(store, selection)
     usable = selected[selected["status"].isin(USABLE)]
@@ -205,3 +221,32 @@ def load_runs(results_dir: str | None = None, **filters: Any) -> pd.DataFrame:
         return selected.assign(ar_run_id=None, speedup=None, speedup_lo=None, speedup_hi=None, speedup_n=0)
     merged = selected.merge(pairings, on="run_id", how="left")
     return merged.assign(speedup_n=merged["speedup_n"].fillna(0).astype(int))
+
+
+def load_reference(name: str) -> pd.DataFrame:
+    """A published table (`sjdbench list reference` names them; or the path of a reference YAML file),
+    one row per published row: method, its sjdbench `preset` (None where sjdbench has none), model,
+    data, training_free and lossless as the source says, each figure (`step_compression`,
+    `latency_speedup`, `nfe`, `fid`, `clip`; a span the source states in words as <metric>_min and
+    <metric>_max), the settings the source states (None where it does not; decoder knobs as
+    knob.<key>), and `source`, `source_url`, `where`, `checked`."""
+    from sjdbench.reference.load import load_reference as load
+    from sjdbench.reference.load import published_frame
+
+    return published_frame(load(_reference_name(name)))
+
+
+def compare_reference(name: str, results_dir: str | None = None, **filters: Any) -> pd.DataFrame:
+    """Our runs beside the published table `name`, as `sjdbench report --reference NAME` puts them:
+    one row per (run, metric) with `ours` (its CI in ours_lo/ours_hi, N in ours_n), `published` (or
+    published_min/published_max for a span), `ratio` = ours / published (ratio_vs_min/ratio_vs_max
+    for a span), `differs` (every stated setting that differs, e.g. "W: 16 vs 64") and `not_stated`.
+    filters: those of `load_runs`."""
+    from sjdbench.reference.load import load_reference as load
+    from sjdbench.report.build import collect
+    from sjdbench.report.reference import compare
+    from sjdbench.results.select import parse_selection
+
+    published = load(_reference_name(name))
+    store = collect(parse_selection(_filter_words(filters), _store(results_dir)))
+    return compare(published, store.runs, store.pairings, store.scores).frame

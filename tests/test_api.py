@@ -129,6 +129,8 @@ def test_every_public_function_checks_its_arguments_with_the_command_lines_line(
         (lambda: sjdbench.build_decoder("sjd", window="wide"), "decoder.window must be an integer, got 'wide'"),
         (lambda: sjdbench.load_runs(results_dir=""), "results_dir= is empty"),
         (lambda: sjdbench.load_runs(results_dir=7), "results_dir must be a folder"),
+        (lambda: sjdbench.load_reference(5), "name must be a published table's name"),
+        (lambda: sjdbench.compare_reference("sjd_pac_readme", results_dir=7), "results_dir must be a folder"),
     ]
     for call, needle in misuse:
         with pytest.raises(UserError) as error:
@@ -165,7 +167,14 @@ def test_load_runs_has_the_reports_speedup_columns(tmp_path):
 
 
 def test_import_sjdbench_is_cheap_and_lists_the_api():
-    assert set(sjdbench.__all__) == {"load_model", "build_decoder", "decode", "load_runs"}
+    assert set(sjdbench.__all__) == {
+        "load_model",
+        "build_decoder",
+        "decode",
+        "load_runs",
+        "load_reference",
+        "compare_reference",
+    }
     assert set(sjdbench.__all__) <= set(dir(sjdbench))
     with pytest.raises(AttributeError):
         sjdbench.no_such_function  # noqa: B018

@@ -104,7 +104,7 @@ def test_no_import_circle_anywhere_in_the_package():
 LAYERS = (
     ("sjdbench.errors", "sjdbench.paths", "sjdbench.adapter", "sjdbench.runkey", "sjdbench.machine"),
     ("sjdbench.data", "sjdbench.decoding", "sjdbench.models"),
-    ("sjdbench.toyworld", "sjdbench.exactness", "sjdbench.results"),
+    ("sjdbench.toyworld", "sjdbench.exactness", "sjdbench.results", "sjdbench.reference"),
     ("sjdbench.config",),
     ("sjdbench.eval",),
     ("sjdbench.run",),
@@ -200,6 +200,8 @@ def test_toy_and_data_groups_answer():
         "from sjdbench.cli.commands import main; import sys; sys.argv = ['sjdbench', '--help']\n"
         "try: main()\nexcept SystemExit: pass",
         "from sjdbench.cli.commands import main; import sys; sys.argv = ['sjdbench', 'list', 'model']\n"
+        "try: main()\nexcept SystemExit: pass",
+        "from sjdbench.cli.commands import main; import sys; sys.argv = ['sjdbench', 'list', 'reference']\n"
         "try: main()\nexcept SystemExit: pass",
     ],
 )

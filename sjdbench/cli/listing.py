@@ -1,4 +1,5 @@
-"""`sjdbench list`: config groups and their choices (decoder parts with their knobs and defaults)."""
+"""`sjdbench list`: config groups and their choices (decoder parts with their knobs and defaults), and
+the published tables a report can be held against (`sjdbench list reference`)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,26 @@ import typer
 from sjdbench.cli.console import fail, say
 from sjdbench.errors import UserError
 
+REFERENCE = "reference"  # not a config group: the published tables of sjdbench/reference
+
 
 def list_choices(
-    group: Optional[str] = typer.Argument(None, help="A config group, e.g. decoder. Omit for all."),
+    group: Optional[str] = typer.Argument(
+        None, help="A config group, e.g. decoder, or `reference` (the published tables). Omit for all."
+    ),
 ) -> None:
-    """List config groups and their choices (decoder parts with their knobs and defaults)."""
+    """List config groups and their choices (decoder parts with their knobs and defaults), and the
+    published tables `sjdbench report --reference` compares with."""
     from sjdbench.config.schema import available_groups, group_choices
+    from sjdbench.reference.load import describe, load_reference, reference_names
 
     try:
+        if group == REFERENCE:
+            for name in reference_names():
+                say(describe(load_reference(name)))
+            return
+        if group and group.replace(".", "/") not in available_groups():
+            raise UserError(f"unknown group '{group}'; choose one of: {', '.join([*available_groups(), REFERENCE])}")
         groups = [group.replace(".", "/")] if group else available_groups()
         for name in groups:
             choices = group_choices(name)
@@ -32,5 +45,7 @@ def list_choices(
                     )
                 choices = described
             say(f"{name}: {', '.join(choices)}")
+        if not group:
+            say(f"{REFERENCE}: {', '.join(reference_names())} (published tables: `sjdbench list reference`)")
     except UserError as error:
         fail(str(error))

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from sjdbench.cli.console import fail, line, note, out, table, warn
+from sjdbench.cli.console import fail, line, note, out, say, table, warn
 from sjdbench.errors import UserError
 
 
@@ -28,6 +28,14 @@ def report(
         help="First replay K prompts of each sampled decoder run that has no draft "
         "traces, to plot accepted vs rejected draft trajectories (loads the model).",
     ),
+    reference: Optional[str] = typer.Option(
+        None,
+        "--reference",
+        metavar="NAME",
+        help="Also put each run beside the matching row of a published table, e.g. sjd_pac_readme (`sjdbench "
+        "list reference`; or a reference YAML file): both values, ours/published and every setting that differs; "
+        "written to reference-NAME.md and .csv.",
+    ),
 ) -> None:
     """Tables (md, LaTeX, CSV), figures (PNG, SVG), runs/samples Parquet and report.html from stored runs."""
     from sjdbench.report.build import build_report
@@ -35,17 +43,25 @@ def report(
 
     if trace_drafts < 0:
         fail("--trace-drafts must be >= 0 (the number of prompts to replay per run)")
+    if reference is not None and not reference.strip():
+        fail("--reference needs a table name, e.g. --reference sjd_pac_readme (`sjdbench list reference` lists them)")
     if out_dir is not None and not out_dir.strip():
         fail("--out needs a folder, e.g. --out report/ (leave it out for <results_dir>/report)")
     try:
         target = Path(out_dir).expanduser() if out_dir is not None else None
-        result = build_report(filters or [], target, every_run=every_run, trace=trace_drafts, progress=line)
+        result = build_report(
+            filters or [], target, every_run=every_run, trace=trace_drafts, progress=line, reference=reference
+        )
     except UserError as error:
         fail(str(error))
     for main in result.main:
         table(to_rich(main))
         for text in main.warnings:
             line(text)
+    for published in result.reference:
+        table(to_rich(published))
+        for text in published.notes:
+            say(text)
     for text in result.warnings:
         warn(text)
     for text in result.unused:

@@ -5,8 +5,9 @@
 
 Files: main.{md,tex,csv}, ablations.*, quality.*, categories.* (when there is something to put in
 them), runs.parquet, samples.parquet, figures/<model>-<data>/*.{png,svg}, report.html and
-provenance.json. Every file is written atomically; the report never writes into the store except
-draft traces, when asked for (--trace-drafts).
+provenance.json; with --reference NAME, our runs beside that published table (report.reference) in
+reference-<NAME>.{md,csv}. Every file is written atomically; the report never writes into the store
+except draft traces, when asked for (--trace-drafts).
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ from typing import Callable
 import pandas as pd
 
 from sjdbench.errors import UserError
+from sjdbench.reference.load import load_reference
+from sjdbench.reference.schema import ReferenceTable
 from sjdbench.report import figures as figs
 from sjdbench.report.html import FigureEntry, Section, page
 from sjdbench.report.provenance import mixing_warnings, notes, timing_warnings, unused_runs
+from sjdbench.report.reference import compare, write_comparison
 from sjdbench.report.render import to_csv, to_latex, to_markdown
 from sjdbench.report.tables import (
     Table,
@@ -66,6 +70,7 @@ class Report:
     unused: list[str] = field(default_factory=list)  # incomplete / legacy runs, one line each
     skipped: list[str] = field(default_factory=list)  # tables and figures with nothing to show, and why
     warnings: list[str] = field(default_factory=list)
+    reference: list[Table] = field(default_factory=list)  # our runs beside a published table (--reference)
 
 
 def _annotate(table: Table, runs: pd.DataFrame, samples: pd.DataFrame, pairings: pd.DataFrame) -> Table:
@@ -180,7 +185,9 @@ def build_report(
     trace: int = 0,
     progress: Callable[[str], None] | None = None,
     figures: bool = True,
+    reference: str | None = None,
 ) -> Report:
+    published = load_reference(reference) if reference else None  # a bad name fails before any work
     filters = parse_selection(words, command="report")
     out = Path(out) if out else filters.root / "report"
     check_out(out)
@@ -191,7 +198,7 @@ def build_report(
     store = collect(filters)
     try:
         out.mkdir(parents=True, exist_ok=True)  # first: an --out that cannot be created fails before any work
-        return _build(filters, store, out, every_run, figures, warnings)
+        return _build(filters, store, out, every_run, figures, warnings, published)
     except StoreError as error:  # the store's own checks speak of results_dir; here it is --out
         raise UserError(f"{error.reason}; give --out a writable folder (--out DIR)") from None
     except OSError as error:
@@ -217,7 +224,13 @@ def check_out(out: Path) -> None:
 
 
 def _build(
-    filters: Selection, store: Collected, out: Path, every_run: bool, figures: bool, warnings: list[str]
+    filters: Selection,
+    store: Collected,
+    out: Path,
+    every_run: bool,
+    figures: bool,
+    warnings: list[str],
+    published: ReferenceTable | None = None,
 ) -> Report:
     selected, runs, samples_all, samples = store.selected, store.runs, store.samples_all, store.samples
     scores, pairings = store.scores, store.pairings
@@ -251,6 +264,11 @@ def _build(
             report.skipped.append(
                 "per-category tables: no sample row carries a Parti Category/Challenge (run data=parti to get them)"
             )
+    if published is not None:
+        comparison = compare(published, runs, pairings, scores)
+        report.reference.append(comparison.table)
+        report.files += write_comparison(comparison, out)
+        sections.append(Section(comparison.table.title, [comparison.table], [], [], [], [], []))
     numbers = selected.merge(pairings, on="run_id", how="left")
     report.files.append(_parquet(numbers, out / "runs.parquet"))
     report.files.append(_parquet(samples_all, out / "samples.parquet"))
@@ -262,6 +280,7 @@ def _build(
         "not_used": report.unused,
         "warnings": report.warnings,
         "tables": {t.name: {"notes": t.notes, "warnings": t.warnings} for ts in written.values() for t in ts},
+        "reference": published.name if published is not None else None,
     }
     atomic_write_json(out / "provenance.json", provenance)
     report.files.append(out / "provenance.json")

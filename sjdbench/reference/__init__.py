@@ -1,0 +1,1 @@
+"""Published tables as data: what papers and READMEs report, with the settings they state and their source."""
