@@ -35,7 +35,8 @@ def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("instrument") / "results"
     swept = cli.invoke(app, ["sweep", *BASE, "decoder=sjd,lantern", f"results_dir={root}"])
     assert swept.exit_code == 0, swept.output
-    single = cli.invoke(app, ["run", *BASE, "decoder=jacobi", "data.limit=1", f"results_dir={root}"])
+    one_prompt = [w if w != "data.limit=2" else "data.limit=1" for w in BASE]  # each key once
+    single = cli.invoke(app, ["run", *one_prompt, "decoder=jacobi", f"results_dir={root}"])
     assert single.exit_code == 0, single.output
     reported = cli.invoke(app, ["report", f"results_dir={root}", "--out", str(root.parent / "report")])
     assert reported.exit_code == 0, reported.output

@@ -1,12 +1,17 @@
 """Typed run configuration composed with Hydra's compose API from the YAML groups in `conf/`.
 
 `compose_run(["model=toy", "decoder=sjd_vp", "decoder.window=32"])` returns a validated `RunConfig`.
-YAML files are merged into these dataclass schemas, so unknown keys and wrong types fail early with
-one readable line; unknown group choices list the valid ones. A decoder's parts are their own
-config groups (`decoder/verifier=lantern`, knobs as `decoder.verifier.delta=0.2`); every part is
-resolved and checked here (`check_config`). What needs files or a device (prompts, weights, the
-results folder) is checked by `sjdbench.config.resolve.resolve_run`, which turns a config into the
-resolved `ResolvedRun` a run carries. Run identity lives in identity.py.
+Checked here, each in one line with the fix: the words themselves (a key given twice, a key that is
+no ASCII name, Hydra's own `hydra.*` settings, a sweep's words given to `run`, unreadable syntax);
+then the YAML merged into these dataclass schemas (unknown keys, unknown group choices listing the
+valid ones, values of the wrong type: "decoder.window must be an integer, got 'abc'"); then the
+meaningful range of every key, in one walk (`check_config`: root keys, data, sampling, the decoder's
+settings and every knob of every part, whose ranges live beside the knobs in the part's dataclass).
+A decoder's parts are their own config groups (`decoder/verifier=lantern`, knobs as
+`decoder.verifier.delta=0.2`). What needs files or a device (prompts, weights, the results folder)
+is checked by `sjdbench.config.resolve.resolve_run`, which turns a config into the resolved
+`ResolvedRun` a run carries; what needs the model, once it is built (`config.ranges.fit_to_model`,
+`model_notes`). Run identity lives in identity.py.
 
 Nothing here imports torch at module level: listing config groups stays cheap.
 """

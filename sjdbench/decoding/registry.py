@@ -173,6 +173,8 @@ def _typed(config_cls: type, values: dict, where: str) -> PartConfig:
     try:
         merged = OmegaConf.merge(OmegaConf.structured(config_cls), values)
         return cast(PartConfig, OmegaConf.to_object(merged))  # a structured dataclass converts to one
+    except UserError as error:  # a config that folds an old spelling of a knob as it is made
+        raise UserError(f"{where}.{error}") from None
     except OmegaConfBaseException as error:
         key = getattr(error, "key", None)
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

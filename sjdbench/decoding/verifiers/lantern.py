@@ -66,6 +66,11 @@ class LanternConfig(PartConfig):
 
     symbols = {"delta": "δ"}
 
+    def __post_init__(self) -> None:
+        """The old knob is folded into `reading` as the config is made (it changes the run id)."""
+        if self.zero_on is not None:
+            self._fold_zero_on()
+
     def check(self) -> None:
         if self.k < 1:
             raise UserError(f"k must be >= 1, got {self.k}")
@@ -73,8 +78,6 @@ class LanternConfig(PartConfig):
             raise UserError(f"delta must be >= 0, got {self.delta}")
         if self.reading not in READINGS:
             raise UserError(f"reading '{self.reading}' is unknown; choose one of: {', '.join(READINGS)}")
-        if self.zero_on is not None:
-            self._fold_zero_on()
 
     def _fold_zero_on(self) -> None:
         """Accept the old knob: zero_on=all/moved is reading=ours_all/ours_moved (said once)."""
@@ -96,7 +99,7 @@ class LanternConfig(PartConfig):
         self.reading, self.zero_on = reading, None
 
     def unused(self) -> set[str]:
-        return {"zero_on"}  # folded into reading by check()
+        return {"zero_on"}  # folded into reading when the config is made
 
 
 def neighbour_table(codebook: torch.Tensor, k: int, cache_dir: Path | None = None, key: str = "") -> torch.Tensor:
