@@ -223,7 +223,7 @@ def runs_frame(root: Path, rows: bool = False) -> pd.DataFrame:
     report, eval and the Python API show; without, statuses come from the summaries (what run and
     sweep need to pair a run they just wrote). A store whose schema marker is newer or damaged is
     refused with one line."""
-    check_readable(Path(root))
+    check_readable(Path(root), files=False)  # its folders; readers checked its files when they selected
     check_marker(Path(root))
     runs = Path(root) / "runs"
     run_dirs = sorted(p for p in runs.glob("*") if p.is_dir()) if runs.is_dir() else []

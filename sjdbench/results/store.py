@@ -261,10 +261,12 @@ def check_is_folder(root: Path) -> None:
 READ_BY_READERS = ("summary.json", "env.json", "config.yaml", "scores")  # besides samples*.jsonl
 
 
-def check_readable(root: Path) -> None:
-    """Before a command reads a store (report, eval, the Python API): the store's folders and the
-    files of its runs that readers open may be read by this user. Unreadable files are not damage
-    (re-running would not help), so the first one is named with the fix for permissions."""
+def check_readable(root: Path, files: bool = True) -> None:
+    """Before a command reads a store: its folders (the root, runs/ and each run's), and with
+    `files` the files of its runs that readers open (report, eval and the Python API ask for those;
+    run and sweep, which read the store only to pair what they wrote, only for the folders, which
+    they could not even list), may be read by this user. Unreadable is not damage (re-running would
+    not help), so the first one is named with the fix for permissions."""
     root = Path(root)
     check_is_folder(root)
 
@@ -280,7 +282,7 @@ def check_readable(root: Path) -> None:
     if not root.exists() or not readable(root) or not runs.exists() or not readable(runs):
         return
     for run_dir in sorted(runs.iterdir()):
-        if run_dir.is_dir() and readable(run_dir):
+        if run_dir.is_dir() and readable(run_dir) and files:
             for path in [*(run_dir / n for n in READ_BY_READERS), *run_dir.glob("samples*.jsonl")]:
                 if path.exists():
                     readable(path)
