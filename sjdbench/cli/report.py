@@ -28,8 +28,17 @@ def report(
         help="First replay K prompts of each sampled decoder run that has no draft "
         "traces, to plot accepted vs rejected draft trajectories (loads the model).",
     ),
+    equivalence_margin: Optional[List[str]] = typer.Option(
+        None,
+        "--equivalence-margin",
+        metavar="EVALUATOR=M",
+        help="Quality tables: test lossless decoders for equivalence to AR within ±M in the score's units "
+        "(two one-sided tests, α = 0.05); repeatable, e.g. toy_clip=0.5; EVALUATOR=none turns one off. "
+        "Default: one CLIP point (toy_clip=1, clip_score=1 on the 100·max(cos, 0) scale, 0.01 on the raw cosine).",
+    ),
 ) -> None:
     """Tables (md, LaTeX, CSV), figures (PNG, SVG), runs/samples Parquet and report.html from stored runs."""
+    from sjdbench.eval.metrics.equivalence import parse_margins
     from sjdbench.report.build import build_report
     from sjdbench.report.render import to_rich
 
@@ -38,8 +47,11 @@ def report(
     if out_dir is not None and not out_dir.strip():
         fail("--out needs a folder, e.g. --out report/ (leave it out for <results_dir>/report)")
     try:
+        margins = parse_margins(equivalence_margin or [])
         target = Path(out_dir).expanduser() if out_dir is not None else None
-        result = build_report(filters or [], target, every_run=every_run, trace=trace_drafts, progress=line)
+        result = build_report(
+            filters or [], target, every_run=every_run, trace=trace_drafts, progress=line, margins=margins
+        )
     except UserError as error:
         fail(str(error))
     terminal = wide()
