@@ -28,6 +28,7 @@ from sjdbench.data.prompts import load_prompts  # noqa: E402
 from sjdbench.decoding.loop import Request, jacobi_decode_batch  # noqa: E402
 from sjdbench.machine import apply_threads, cpu_model, cpus_available, load_1m  # noqa: E402
 from sjdbench.models.registry import build_adapter, resolve_device  # noqa: E402
+from sjdbench.report.generated import describe_machine, script_command, tee_stdout, text_block, write_fragment  # noqa: E402
 from sjdbench.run.runner import resolve_sampling, sample_seed, synchronize  # noqa: E402
 
 PRESETS = ["sjd", "sjd_pp", "lantern", "sjd_pac", "pjd"]
@@ -55,7 +56,13 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--dtype", default=None, help="model.dtype (e.g. float64)")
+    parser.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="also write the printed table as a docs fragment, e.g. docs/generated/bench_batch.md",
+    )
     args = parser.parse_args()
+    printed = tee_stdout() if args.markdown else None
 
     device = resolve_device(args.device)
     threads = apply_threads(args.threads, device)
@@ -98,6 +105,8 @@ def main() -> None:
             ips_1 = n / statistics.median(seconds[(name, args.batches[0])])
             ar = n / statistics.median(seconds[("ar", batch)])
             print(f"{name:<12}{batch:>4}{nfe[(name, batch)] / n:>8.1f}{ips:>9.2f}{ips / ips_1:>8.2f}{ips / ar:>8.2f}")
+    if printed is not None:
+        write_fragment(args.markdown, text_block(printed.getvalue()), script_command(), describe_machine(device))
     sys.stdout.flush()
 
 

@@ -37,6 +37,7 @@ from sjdbench.config import compose_run, decoder_spec  # noqa: E402
 from sjdbench.data.prompts import load_prompts  # noqa: E402
 from sjdbench.machine import apply_threads, cpu_model, cpus_available, load_1m  # noqa: E402
 from sjdbench.models.registry import build_adapter, resolve_device  # noqa: E402
+from sjdbench.report.generated import describe_machine, script_command, tee_stdout, text_block, write_fragment  # noqa: E402
 from sjdbench.run.runner import resolve_sampling, sample_seed, synchronize, timed_decode  # noqa: E402
 
 PRESETS = [
@@ -116,7 +117,13 @@ def main() -> None:
     parser.add_argument("--data", default="smoke")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the runs' default)")
+    parser.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="also write the printed table as a docs fragment, e.g. docs/generated/bench_decoders.md",
+    )
     args = parser.parse_args()
+    printed = tee_stdout() if args.markdown else None
 
     device = resolve_device(args.device)
     threads = apply_threads(args.threads, device)
@@ -191,6 +198,8 @@ def main() -> None:
             "ratios are still paired, absolute times are not to be trusted",
             file=sys.stderr,
         )
+    if printed is not None:
+        write_fragment(args.markdown, text_block(printed.getvalue()), script_command(), describe_machine(device))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from sjdbench.config import compose_run, decoder_spec
 from sjdbench.data.prompts import load_prompts
 from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.models.registry import build_adapter
+from sjdbench.report.generated import describe_machine, printed_markdown, script_command, tee_stdout, write_fragment
 from sjdbench.run.runner import resolve_sampling, sample_seed, synchronize
 
 PRESETS = [
@@ -106,7 +107,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads for the latency runs")
     parser.add_argument("--tv-samples", type=int, default=8000, help="0: skip the TV column")
     parser.add_argument("--tv-workers", type=int, default=2)
+    parser.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="also write the printed table as a docs fragment, e.g. docs/generated/bench_topologies.md",
+    )
     args = parser.parse_args()
+    printed = tee_stdout() if args.markdown else None
     torch.set_num_threads(args.threads)
 
     tv: dict[str, dict] = {}
@@ -167,6 +174,10 @@ def main() -> None:
             f"| {name_of(decoder) if decoder != 'ar' else 'ar'} | {window} | {statistics.fmean(slots[key]):.1f} "
             f"| {mean_nfe:.1f} | {tokens / mean_nfe:.2f} | "
             f"{speedup:.2f} | {tv_cell} | {p_cell} | {claim} |"
+        )
+    if printed is not None:
+        write_fragment(
+            args.markdown, printed_markdown(printed.getvalue()), script_command(), describe_machine(args.device)
         )
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_decoders.py"
 
 
-def test_bench_script_runs_and_prints_latency_overhead_and_window_cost():
+def test_bench_script_runs_and_prints_latency_overhead_and_window_cost(tmp_path):
+    fragment = tmp_path / "docs" / "bench_decoders.md"
     args = [
         sys.executable,
         str(SCRIPT),
@@ -25,9 +26,16 @@ def test_bench_script_runs_and_prints_latency_overhead_and_window_cost():
         "2",
         "--overhead-prompts",
         "1",
+        "--markdown",
+        str(fragment),
     ]
     result = subprocess.run(
-        args, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        args,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=SCRIPT.parents[1],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -42,3 +50,8 @@ def test_bench_script_runs_and_prints_latency_overhead_and_window_cost():
         assert 0 < share < 100 and float(row[7]) > 0  # a share of wall time and a time per iteration
     cost = next(line for line in lines if line.startswith("# window forward cost"))
     assert "W=3:" in cost and "W=5:" in cost
+    # --markdown: the printed table, as printed, in a docs fragment that names the command and the machine
+    text = fragment.read_text()
+    assert "Measured with `python benchmarks/bench_decoders.py --model debug" in text and "CPUs" in text
+    block = text.split("```text\n", 1)[1].split("\n```", 1)[0]
+    assert block.splitlines() == lines

@@ -106,7 +106,7 @@ class RunConfig:
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     seed: int = 0
     samples_per_prompt: int = 1
-    batch_size: int = 1  # samples decoded in lockstep, one forward for all (throughput; see README)
+    batch_size: int = 1  # samples decoded in lockstep, one forward for all (throughput; docs/LOOP.md)
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     results_dir: Optional[str] = None  # the store; null: $SJDBENCH_RESULTS, else ./results (results/root.py)
     save_images: bool = True
