@@ -143,6 +143,9 @@ def test_a_file_that_is_not_an_hps_checkpoint_fails_in_one_line(run, tmp_path):
     with pytest.raises(UserError) as error:
         score_run(run, "hpsv2", settings(wrong))
     assert "is not an HPS checkpoint" in str(error.value) and "\n" not in str(error.value)
+    (tmp_path / "text.pt").write_text("not a checkpoint")
+    with pytest.raises(UserError, match="is not an HPS checkpoint"):
+        score_run(run, "hpsv2", settings(tmp_path / "text.pt"))
 
 
 def test_eval_cli_reports_missing_hps_weights_in_one_line(run, tmp_path, monkeypatch):

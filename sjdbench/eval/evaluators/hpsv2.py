@@ -97,12 +97,14 @@ def load_hps(model: str, weights: str, kwargs_json: str, device: str):
     """(model, tokenizer), loaded once per process; open_clip reads the {"state_dict": ...} layout
     and loads it strictly (every key of the architecture, no other)."""
     env_flag_offline()
+    import pickle
+
     import open_clip
 
     kwargs = json.loads(kwargs_json)
     try:
         net = open_clip.create_model(model, pretrained=weights, device=device, **kwargs)
-    except (RuntimeError, KeyError, ValueError, EOFError, OSError) as error:
+    except (RuntimeError, KeyError, ValueError, EOFError, OSError, pickle.UnpicklingError) as error:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise UserError(
             f"{weights} is not an HPS checkpoint for open_clip's {model} ({first[:200]}); fetch it with "
