@@ -11,8 +11,9 @@ Statistics. With the reference fixed, precision is a mean over the run's images 
 reference ball", so resampling prompts gives its paired CI against AR as for any per-sample mean.
 Recall's balls are built from the run's own images: a resample repeats images, a repeated image is
 its own nearest neighbour, and the balls of the resampled set shrink, so resampled recalls are not
-draws of the recall of N distinct images (simulated on Gaussian features, the intervals missed the
-true difference whenever the runs differed in spread). Recall therefore has no interval; its
+draws of the recall of N distinct images (benchmarks/recall_bootstrap.py: on Gaussian features, one
+generator at 0.6 times the other's spread, the 95 % intervals held the true difference in 12 of 30
+experiments, precision's in 30 of 30). Recall therefore has no interval; its
 yardstick is the noise floor, as for FID's value. Both need k + 1 images on each side (a k-th
 neighbour) and both depend on N and on the reference's size: compare them at equal N against the
 same reference, which the AR baseline and the noise floor always are.
