@@ -210,6 +210,10 @@ def _protocol(evaluator: Evaluator, run: RunView, config: EvalConfig, reference_
 def _bootstrap_reps(evaluator: Evaluator, config: EvalConfig) -> int:
     if evaluator.level == "sample":
         return config.bootstrap
+    assert isinstance(evaluator, SetMetric)
+    own = evaluator.bootstrap_reps()
+    if own is not None:
+        return own
     return config.toy.bootstrap if evaluator.name.startswith("toy_") else config.inception.bootstrap
 
 
@@ -298,7 +302,9 @@ def _comparisons(
     if ar is not None and not is_ar_run(run):
         ar_value = headline(ar)
         groups = prompt_groups(prompt_ids)
-        ci = bootstrap_ci(lambda r: to_reference(vectors[r]) - to_reference(ar[r]), groups, reps, seed)
+        run_part = evaluator.resampled(vectors, reference, to_reference)
+        ar_part = evaluator.resampled(ar, reference, to_reference)
+        ci = bootstrap_ci(lambda r: run_part(r) - ar_part(r), groups, reps, seed)
         paired = {
             "ar_run_id": ar_id,
             "delta": headline(vectors) - ar_value,
