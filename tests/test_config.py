@@ -187,7 +187,7 @@ def test_labels_name_the_knobs_that_differ_from_the_preset():
 
 
 def test_labels_distinguish_every_point_of_the_fusion_sweep():
-    from sjdbench.run.sweep import build_plan
+    from sjdbench.run.plan import build_plan
 
     plan = build_plan(["+sweep=fusion", "model=debug", "data=smoke"], add_baselines=False)
     labels = [point.decoder_label for point in plan.points]

@@ -173,9 +173,9 @@ def test_retrained_weights_get_a_new_run_id(tmp_path):
 
 
 def test_env_records_the_weights_fingerprint(tmp_path):
-    from sjdbench.models.registry import weights_fingerprint
+    from sjdbench.models.registry import resolve_model
 
     outcome = execute(compose_run(["model=toy", "data=smoke", "data.limit=1", "warmup=0", f"results_dir={tmp_path}"]))
     env = json.loads((Path(outcome.run_dir) / "env.json").read_text())
-    assert env["weights"] == weights_fingerprint("toy", {}) and len(env["weights"]) == 16
-    assert weights_fingerprint("debug", {}) is None
+    assert env["weights"] == resolve_model("toy", {}).fingerprint() and len(env["weights"]) == 16
+    assert resolve_model("debug", {}).fingerprint() is None

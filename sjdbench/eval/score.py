@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sjdbench.errors import UserError
-from sjdbench.eval.evaluators import COCO, EVALUATORS, TOY, evaluator_class
+from sjdbench.eval.evaluators import COCO, TOY, check_evaluator, evaluator_class
 from sjdbench.eval.evaluators.base import Evaluator, Refused, RunView, SampleMetric, SetMetric, open_run
 from sjdbench.eval.evaluators.settings import EvalConfig
 from sjdbench.eval.metrics.bootstrap import bootstrap_ci, prompt_groups
@@ -420,8 +420,7 @@ def score(
     outcomes = []
     for run in runs:
         for name in evaluators_for(run, config):
-            if name not in EVALUATORS:
-                raise UserError(f"unknown evaluator '{name}'; choose from: {', '.join(sorted(EVALUATORS))}")
+            check_evaluator(name)
             outcome = score_run(run, name, config)
             outcomes.append(outcome)
             if on_outcome:

@@ -15,7 +15,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -351,20 +351,36 @@ class Scores:
     damaged: list[str] = field(default_factory=list)
 
 
+def _score_files(run: dict) -> Iterator[tuple[Path, dict | None, str | None]]:
+    """(path, document, problem) of each score file of a run, each read once: the document when it
+    is a score file this sjdbench reads, else None and why not."""
+    folder = Path(run["run_dir"]) / "scores"
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        read = read_json(path, SCORE_TYPES)
+        problem = read.problem or score_problem(read.doc or {})
+        yield path, (None if problem else read.doc), problem
+
+
+def current_score_docs(run: dict) -> dict[str, dict]:
+    """evaluator -> the score document of the samples the run (a record of `check_rows`) holds now
+    (`is_current`); of several current protocols, the latest written. Damaged files are left out."""
+    current = []
+    for path, doc, _ in _score_files(run):
+        if doc is not None and is_current(score_record(doc, path, run["run_id"]), run):
+            current.append((path.stat().st_mtime, doc))
+    return {doc["evaluator"]: doc for _, doc in sorted(current, key=lambda item: item[0])}
+
+
 def read_scores(runs: pd.DataFrame) -> Scores:
     records: list[dict]
     stale: list[dict]
     records, stale, damaged = [], [], []
     for run in runs.to_dict("records"):
-        folder = Path(run["run_dir"]) / "scores"
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            read = read_json(path, SCORE_TYPES)
-            problem = read.problem or score_problem(read.doc or {})
-            if problem:
+        for path, doc, problem in _score_files(run):
+            if doc is None:
                 damaged.append(f"{path} {problem}")
                 continue
-            assert read.doc is not None  # no problem: the file is a score document
-            record = score_record(read.doc, path, run["run_id"])
+            record = score_record(doc, path, run["run_id"])
             (records if is_current(record, run) else stale).append(record)
     current = pd.DataFrame.from_records(records, columns=SCORE_COLUMNS)
     fresh = {(r["run_id"], r["evaluator"]) for r in records}

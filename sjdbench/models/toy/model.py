@@ -1,6 +1,6 @@
 """The embedded toy model: a small trained LLaMA-style transformer over toy-world patch codes.
 
-`build_toy_adapter()` (the registry's `SPEC.build`) loads the shipped weights from `sjdbench/models/toy/weights/`:
+`build_toy_adapter()` (the registry's `MODEL.build`) loads the shipped weights from `sjdbench/models/toy/weights/`:
     toy_lm.safetensors         transformer weights
     toy_tokenizer.safetensors  k-means patch codebook (K, 48)
     toy.json                   exact model config, layout, caption vocabulary, sampling defaults,
@@ -148,7 +148,7 @@ def load_toy_tokenizer(weights_dir: str | Path | None = None) -> PatchTokenizer:
     return PatchTokenizer.load(Path(weights_dir or WEIGHTS_DIR) / TOKENIZER_FILE)
 
 
-SPEC = ModelEntry(
+MODEL = ModelEntry(
     ToyOptions,
     build,
     fingerprint=lambda options: weights_fingerprint(options.weights_dir),
