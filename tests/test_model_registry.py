@@ -96,3 +96,24 @@ def test_fingerprints_of_random_weights_say_so():
     assert registry.resolve_model("debug", {}).fingerprint() is None
     assert registry.resolve_model("debug", {"n_codes": 12}).image_tokens() == 12
     assert registry.resolve_model("janus", options).image_tokens() is None
+
+
+def test_a_run_parses_its_model_options_once(tmp_path, monkeypatch):
+    """resolve_run checks, fingerprints and verifies the model from one parse of its options, and the
+    runner builds the model from that same parse."""
+    from sjdbench.config.resolve import resolve_run
+    from sjdbench.run.runner import execute_runs
+
+    parses = []
+    parse = ModelOptions.from_dict.__func__  # type: ignore[attr-defined]
+
+    def counting(cls, options):
+        parses.append(cls.__name__)
+        return parse(cls, options)
+
+    monkeypatch.setattr(ModelOptions, "from_dict", classmethod(counting))
+    small = ["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "data.limit=1", "warmup=0"]
+    run = resolve_run(compose_run([*small, f"results_dir={tmp_path}"]))
+    assert parses == ["DebugOptions"]
+    (outcome,) = execute_runs([run])
+    assert outcome.status == "finished" and parses == ["DebugOptions"]

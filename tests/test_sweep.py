@@ -346,3 +346,79 @@ def plan_sha(point) -> str:
     from sjdbench.data.prompts import load_prompt_set
 
     return load_prompt_set(point.config.data).sha
+
+
+# -- the command line: read once, refuse an empty grid, quiet executors --------------------------------
+
+
+def test_a_sweep_computes_its_speedups_once(tmp_path, monkeypatch):
+    """latency.json, the printed table and its marks all come from one pairing of the store's runs."""
+    from typer.testing import CliRunner
+
+    import sjdbench.results.runs as runs_module
+    from sjdbench.cli import app
+
+    calls = []
+    real = runs_module.pair_all
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runs_module, "pair_all", counting)
+    result = CliRunner().invoke(app, ["sweep", *words(tmp_path, "decoder=sjd,lantern", "decoder.window=3")])
+    assert result.exit_code == 0, result.output
+    assert "vs AR" in result.stdout and len(calls) == 1
+
+
+def test_an_empty_grid_is_refused_in_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from sjdbench.cli import app
+
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)  # where ./results would be
+    store = tmp_path / "store"
+    for grid in (["seed=range(0,0)"], ["decoder=sjd", "decoder.window=range(4,2)"]):
+        result = CliRunner().invoke(app, ["sweep", *SMALL, f"results_dir={store}", *grid])
+        assert result.exit_code == 2 and "Traceback" not in result.output
+        assert result.stderr.strip().splitlines() == [
+            f"error: {grid[-1]} gives no value, so the grid is empty and nothing would run; give it at least one"
+        ]
+    assert not (here / "results").exists() and not store.exists()
+    with pytest.raises(UserError, match="results_dir cannot be a sweep axis"):
+        parse_words([f"results_dir={tmp_path / 'a'},{tmp_path / 'b'}"])
+
+
+def test_ray_is_started_without_its_info_lines(monkeypatch):
+    """Ray's own INFO lines ("Started a local Ray instance") would interleave with the sweep's."""
+    import logging
+    import sys
+    import types
+
+    from sjdbench.run.executors import start_ray
+
+    started = {}
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=lambda **kwargs: started.update(kwargs))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    assert start_ray() is fake
+    assert started["logging_level"] == logging.WARNING and started["log_to_driver"] is False
+
+
+@pytest.mark.slow
+def test_a_ray_sweep_prints_no_ray_info_lines(tmp_path):
+    pytest.importorskip("ray")
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "sjdbench", "sweep", *words(tmp_path, "decoder=sjd", "decoder.window=2")]
+    result = subprocess.run(
+        [*command, "--executor", "ray", "--gpus-per-task", "0"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert not [line for line in result.stderr.splitlines() if " INFO " in line], result.stderr
