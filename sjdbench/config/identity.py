@@ -77,6 +77,12 @@ def preset_decoder(name: str) -> ResolvedDecoder:
     return decoder_spec(compose_run([f"decoder={name}"]))
 
 
+def decoder_presets() -> list[str]:
+    """Every decoder preset but AR's (the `decoder` config group): the decoders benchmarks and
+    studies compare with AR; a preset added to the group joins them."""
+    return [name for name in group_choices("decoder") if not preset_decoder(name).is_ar]
+
+
 def _part_names(spec: ResolvedDecoder) -> tuple:
     """The names of the parts and of their nested parts, e.g. ("vp", "resample", "exact", "random")."""
 
