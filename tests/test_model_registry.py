@@ -11,13 +11,14 @@ import typing
 import pytest
 import yaml
 
+from sjdbench import plugins
 from sjdbench.config import ModelConfig, compose_run
 from sjdbench.errors import UserError
 from sjdbench.models import registry
 from sjdbench.models.options import TOP_LEVEL, CheckpointOptions, ModelOptions
 from sjdbench.paths import conf_dir
 
-NAMES = registry.model_names()  # every model: a new one is checked here without editing this file
+NAMES = plugins.names("model")  # every model: a new one is checked here without editing this file
 REAL = ("emu3", "janus", "llamagen", "lumina")
 
 

@@ -74,7 +74,7 @@ def write(path: Path, text: str) -> None:
 
 
 def test_a_new_model_is_one_object_plus_one_yaml(user_dir, tmp_path):
-    from sjdbench.models.registry import model_names, resolve_model
+    from sjdbench.models.registry import resolve_model
     from sjdbench.run.runner import execute
 
     write(
@@ -89,7 +89,7 @@ def test_a_new_model_is_one_object_plus_one_yaml(user_dir, tmp_path):
           n_codes: 16
         """,
     )
-    assert "mine" in model_names() and "mine" in group_choices("model")
+    assert "mine" in plugins.names("model") and plugins.names("model") == group_choices("model")
     config = compose_run(["model=mine", *SMALL, "decoder=sjd", "decoder.window=3", f"results_dir={tmp_path / 'r'}"])
     assert config.model._target_ == "my_models.MODEL" and config.model.options["n_codes"] == 16  # the YAML's
     assert resolve_model("mine", dict(config.model.options)).options.n_codes == 16

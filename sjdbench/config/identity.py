@@ -18,14 +18,12 @@ differs from that preset, e.g. `sjd_vp(N=2,λ=.25)`, `sjd_vp(fusion=none)`, `sjd
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import asdict
 
 from sjdbench.config.schema import RunConfig, compose_run, decoder_spec, group_choices
 from sjdbench.decoding.build import ResolvedDecoder
 from sjdbench.decoding.parts import KINDS
-from sjdbench.decoding.registry import resolve_part
 from sjdbench.runkey import SampleFacts, hashed_run_id
 
 
@@ -59,16 +57,6 @@ def run_id_for(
 ) -> str:
     """The id of a config's run; `decoder` is its resolved spec when the caller holds it already."""
     return run_id(facts_of(config, prompts_sha, device_type, weights), decoder or decoder_spec(config))
-
-
-@functools.cache
-def ar_decoder(greedy: bool = False) -> ResolvedDecoder:
-    """The AR decoder (W = 1) a baseline is run with: the `ar` preset, with argmax for greedy AR."""
-    spec = preset_decoder("ar")
-    if greedy != spec.greedy:
-        name = "greedy" if greedy else "exact"
-        spec = dataclasses.replace(spec, verifier=resolve_part("verifier", name, "decoder.verifier"))
-    return spec
 
 
 @functools.cache

@@ -53,11 +53,6 @@ class ModelEntry:
         return self.build(self.options.from_dict(options), device)
 
 
-def model_names() -> list[str]:
-    """Every model a run may name: the YAMLs of the model config group."""
-    return plugins.names("model")
-
-
 def entry(name: str, target: str | None = None) -> ModelEntry:
     """The registry entry of model `name`: the object its YAML's `_target_` names (or `target`, a run
     config's `model._target_`). UserError for unknown models and targets that do not load."""
