@@ -145,6 +145,23 @@ def test_sweep_eval_adds_the_noise_floor_run_and_scores_each_run(toy_results, tm
     assert scores_of(root / "runs" / ids["sjd"])["toy_clip"]["noise_floor"] is not None
 
 
+def test_scoring_reads_each_run_once(toy_results, tmp_path, monkeypatch):
+    """A run scored in one call and compared with by another (AR, its seed+1 floor) is read once."""
+    from collections import Counter
+
+    import sjdbench.eval.score as score_module
+
+    source, ids = toy_results
+    root = tmp_path / "results"
+    shutil.copytree(source, root)
+    opened: Counter = Counter()
+    real = score_module.open_run
+    monkeypatch.setattr(score_module, "open_run", lambda folder: opened.update([Path(folder).name]) or real(folder))
+    outcomes = score([root / "runs" / run_id for run_id in ids.values()], compose_eval(["eval.evaluators=[toy_clip]"]))
+    assert {o.status for o in outcomes} == {"scored"}
+    assert opened == {run_id: 1 for run_id in ids.values()}
+
+
 def test_the_quality_table_reads_each_score_file_once(toy_results, tmp_path, monkeypatch):
     from collections import Counter
 

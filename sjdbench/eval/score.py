@@ -416,6 +416,7 @@ def score(
     _OPENED.clear()
     _STORES.clear()
     runs = [open_run(d) for d in run_dirs]
+    _OPENED.update({run.dir: run for run in runs})  # a run scored here and compared with is read once
     runs.sort(key=lambda r: (not is_ar_run(r), r.run_id))
     outcomes = []
     for run in runs:
