@@ -159,7 +159,7 @@ def test_scoring_reads_each_run_once(toy_results, tmp_path, monkeypatch):
     monkeypatch.setattr(score_module, "open_run", lambda folder: opened.update([Path(folder).name]) or real(folder))
     outcomes = score([root / "runs" / run_id for run_id in ids.values()], compose_eval(["eval.evaluators=[toy_clip]"]))
     assert {o.status for o in outcomes} == {"scored"}
-    assert opened == {run_id: 1 for run_id in ids.values()}
+    assert opened == dict.fromkeys(ids.values(), 1)
 
 
 def test_the_quality_table_reads_each_score_file_once(toy_results, tmp_path, monkeypatch):
