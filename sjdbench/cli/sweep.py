@@ -16,6 +16,8 @@ from sjdbench.errors import Interrupted, UserError
 
 if TYPE_CHECKING:  # the command line imports nothing heavy until a command runs
     from sjdbench.results.pairing import Speedup
+    from sjdbench.run.plan import SweepPlan
+    from sjdbench.run.sweep import SweepOutcome
 
 
 def sweep(
@@ -61,7 +63,7 @@ def sweep(
     from sjdbench.cli.migrate import note_legacy_runs
     from sjdbench.results.pairing import as_speedup
     from sjdbench.run.executors import Cluster
-    from sjdbench.run.plan import build_plan, run_status
+    from sjdbench.run.plan import build_plan
     from sjdbench.run.sweep import execute_sweep
 
     try:
@@ -78,13 +80,7 @@ def sweep(
         plan = scorer.plan if scorer else plan
         note_legacy_runs(plan.root)
         if dry_run:
-            table = Table(title=f"sweep {plan.sweep_id}: {len(plan.points)} runs", title_justify="left")
-            for header in ("run", "status", "decoder", "overrides"):
-                table.add_column(header)
-            for point in plan.points:
-                typed = point.label + ("  [AR baseline]" if point.baseline else "")
-                table.add_row(point.run_id, run_status(point), point.decoder_label, typed)
-            out.print(table)
+            out.print(plan_table(plan))
             return
         for text in dict.fromkeys(t for p in plan.points for t in p.run.notes):
             note(text)
@@ -117,6 +113,25 @@ def sweep(
         interrupted_sweep()
     except OSError as error:
         os_failure(error)
+    print_outcome(plan, outcome, speedups)
+
+
+def plan_table(plan: SweepPlan) -> Table:
+    """--dry-run: every run of the plan, whether it is stored, its decoder and its overrides."""
+    from sjdbench.run.plan import run_status
+
+    table = Table(title=f"sweep {plan.sweep_id}: {len(plan.points)} runs", title_justify="left")
+    for header in ("run", "status", "decoder", "overrides"):
+        table.add_column(header)
+    for point in plan.points:
+        typed = point.label + ("  [AR baseline]" if point.baseline else "")
+        table.add_row(point.run_id, run_status(point), point.decoder_label, typed)
+    return table
+
+
+def print_outcome(plan: SweepPlan, outcome: SweepOutcome, speedups: dict[str, Speedup]) -> None:
+    """The counts line, the runs' table with their speedups, and a line per warning and failure
+    (exit code 1 when a run failed)."""
     results, comparisons = outcome.results, outcome.comparisons
     summaries = [s for s in (p.run.store.summary() for p in plan.points) if s]
     say(f"sweep {plan.sweep_id}: {sweep_counts(plan, results, summaries)} -> {plan.directory}")
@@ -143,7 +158,7 @@ def sweep(
         raise typer.Exit(1)
 
 
-def sweep_counts(plan, results: list, summaries: list[dict]) -> str:
+def sweep_counts(plan: SweepPlan, results: list, summaries: list[dict]) -> str:
     """One true line: how many runs the sweep has, what this command did to them, and how much of
     their prompt set they hold ("complete" only for runs that hold all of it)."""
     final: dict[str, str] = {}
