@@ -422,3 +422,28 @@ def test_a_ray_sweep_prints_no_ray_info_lines(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert not [line for line in result.stderr.splitlines() if " INFO " in line], result.stderr
+
+
+def test_what_a_job_gets_is_checked_before_anything_is_planned(tmp_path):
+    from typer.testing import CliRunner
+
+    from sjdbench.cli import app
+
+    cases = [
+        (["--executor", "slurm"], "unknown executor 'slurm'; choose one of: local, submitit, ray"),
+        (["--executor", "ray", "--gpus-per-task", "-1"], "--gpus-per-task must be >= 0, got -1"),
+        (["--executor", "submitit", "--cluster", "pbs"], "unknown --cluster 'pbs'; choose one of: slurm, local, debug"),
+        (["--timeout-min", "0"], "--timeout-min must be >= 1, got 0"),
+    ]
+    for options, message in cases:
+        result = CliRunner().invoke(app, ["sweep", *words(tmp_path, "decoder=sjd"), *options])
+        assert result.exit_code == 2 and result.stderr.strip().splitlines() == [f"error: {message}"], result.output
+    assert not (tmp_path / "sweeps").exists()
+    on_slurm, here = Cluster("submitit"), Cluster("submitit", "local")
+    assert (on_slurm.remote_gpus, here.remote_gpus, Cluster("submitit", gpus_per_task=0).remote_gpus) == (1, None, 0)
+    plan = build_plan(words(tmp_path, "decoder=sjd"))  # device=auto: cpu on this machine
+    assert (on_slurm.gpus(plan.points), here.gpus(plan.points), Cluster("ray", gpus_per_task=2).gpus([])) == (
+        1,
+        0 if plan.points[0].run.device == "cpu" else 1,
+        2,
+    )
