@@ -196,7 +196,7 @@ class LoadedModel:
 
 
 @dataclass(frozen=True)
-class Held:
+class StoreState:
     """What a run's store holds, read once when its lock is taken (after the lock's repairs): the
     samples stored, and whether config.yaml or env.json must be (re)written."""
 
@@ -204,7 +204,7 @@ class Held:
     needs_metadata: bool
 
     @classmethod
-    def read(cls, store: RunStore) -> Held:
+    def read(cls, store: RunStore) -> StoreState:
         return cls(frozenset(store.done_keys()), store.needs_metadata())
 
 
@@ -212,15 +212,15 @@ class RunWriter:
     """One run open for writing (its lock held by the caller): the decoder built against the
     model, rows appended as samples finish."""
 
-    def __init__(self, spec: ResolvedRun, adapter: Any, timing: dict, held: Held) -> None:
+    def __init__(self, spec: ResolvedRun, adapter: Any, timing: dict, stored: StoreState) -> None:
         self.spec = spec
         self.store = spec.store
         self.adapter = adapter
         self.timing = timing
-        self.todo = [(p, s) for p, s in spec.wanted if (p.prompt_id, s) not in held.done]
+        self.todo = [(p, s) for p, s in spec.wanted if (p.prompt_id, s) not in stored.done]
         self.new = 0
         self.notes: list[str] = []  # settings fitted to the model (config.ranges.fit_to_model)
-        if not self.todo and not held.needs_metadata:
+        if not self.todo and not stored.needs_metadata:
             return
         self.decoder, self.notes = fit_to_model(
             spec.decoder, spec.config.model.name, spec.decoder.build(adapter), adapter
@@ -379,12 +379,12 @@ def execute_runs(
     with contextlib.ExitStack() as locks:
         try:
             specs = _lock(locks, specs, keep_going, aside, reporter)
-            held = {spec.run_id: Held.read(spec.store) for spec in specs}
-            if any(spec.wanted_keys - held[spec.run_id].done or held[spec.run_id].needs_metadata for spec in specs):
+            stored = {spec.run_id: StoreState.read(spec.store) for spec in specs}
+            if any(spec.wanted_keys - stored[spec.run_id].done or stored[spec.run_id].needs_metadata for spec in specs):
                 apply_threads(specs[0].config.threads, specs[0].device)
                 if adapter is None:
                     adapter = (loaded or LoadedModel()).get(specs[0], reporter)
-            writers = _writers(specs, held, adapter, timing, keep_going, aside, reporter)
+            writers = _writers(specs, stored, adapter, timing, keep_going, aside, reporter)
             specs = [w.spec for w in writers]
             if not writers:
                 return [aside[spec.run_id] for spec in everyone]
@@ -452,7 +452,7 @@ def _lock(locks, specs: list[ResolvedRun], keep_going: bool, aside: dict, report
 
 def _writers(
     specs: list[ResolvedRun],
-    held: dict[str, Held],
+    stored: dict[str, StoreState],
     adapter: Any,
     timing: dict,
     keep_going: bool,
@@ -464,7 +464,7 @@ def _writers(
     writers = []
     for spec in specs:
         try:
-            writer = RunWriter(spec, adapter, timing, held[spec.run_id])
+            writer = RunWriter(spec, adapter, timing, stored[spec.run_id])
         except UserError as error:
             if not keep_going or isinstance(error, StoreError):
                 raise
