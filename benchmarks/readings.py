@@ -85,8 +85,8 @@ def enumerable_adapter(model: str):
 
 
 def build_decoder(variant: Variant, adapter) -> Decoder:
-    def part(kind: str, spec: tuple):
-        name, knobs = spec
+    def part(kind: str, chosen: tuple):
+        name, knobs = chosen
         return resolve_part(kind, {"name": name, **dict(knobs)}, f"decoder.{kind}").build(adapter)
 
     return Decoder(

@@ -27,21 +27,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FRAGMENT = REPO / "docs" / "generated" / "study.md"
-PRESETS = [
-    "jacobi",
-    "sjd",
-    "sjd_pp",
-    "mc_sjd",
-    "sjd_vp",
-    "lantern",
-    "lantern_vp",
-    "gsd",
-    "gsd_vp",
-    "sjd_pac",
-    "lantern_pac",
-    "pjd",
-    "zipar",
-]
+sys.path.insert(0, str(REPO))  # run from a source checkout without installing
+
+from sjdbench.config.identity import decoder_presets  # noqa: E402
 
 
 def command(*words: str) -> list[str]:
@@ -73,7 +61,8 @@ def main() -> None:
     jobs: list[list[list[str]]] = [[] for _ in range(args.workers)]
     for seed in (0, 1):
         jobs[seed % args.workers].append(command("run", *common, "decoder=ar", f"seed={seed}", "--quiet"))
-    for i, preset in enumerate(PRESETS):
+    presets = decoder_presets()  # every preset of the `decoder` config group
+    for i, preset in enumerate(presets):
         words = ["run", *common, f"decoder={preset}", "decoder.window=16", "seed=0", "--quiet"]
         jobs[i % args.workers].append(command(*words))
     workers = [
@@ -98,7 +87,7 @@ def main() -> None:
     )
     total = time.perf_counter() - start
     print(
-        f"study: {len(PRESETS)} decoders + AR at seeds 0 and 1 over {args.limit} captions, B = {args.batch}: "
+        f"study: {len(presets)} decoders + AR at seeds 0 and 1 over {args.limit} captions, B = {args.batch}: "
         f"decoding {decoded / 60:.1f} min, scoring {(scored - decoded) / 60:.1f} min, report "
         f"{(total - scored) / 60:.1f} min; total {total / 60:.1f} min (wall)",
         flush=True,

@@ -65,14 +65,13 @@ def load_model(name: str, device: str = "auto", **options: Any) -> ImageARAdapte
     options: the model's YAML defaults overridden by these (`load_model("toy", top_k=64)`,
     `load_model("janus", path="ckpt/janus-pro-7b", size="1B")`). device: auto, cpu, cuda, cuda:N, mps.
     """
-    from sjdbench.config.schema import ModelConfig, compose_run
-    from sjdbench.models.registry import build_adapter, check_options, resolve_device, verify_weights
+    from sjdbench.config.schema import compose_run
+    from sjdbench.models.registry import resolve_device, resolve_model
 
     base = compose_run([f"model={name}"]).model  # the YAML's defaults, typed
-    model = ModelConfig(name=base.name, options={**base.options, **options})
-    check_options(model.name, dict(model.options))
-    verify_weights(model.name, dict(model.options))
-    return build_adapter(model.name, dict(model.options), resolve_device(device))
+    model = resolve_model(base.name, {**base.options, **options}, base._target_)
+    model.verify()
+    return model.build(resolve_device(device))
 
 
 def build_decoder(preset: str = "sjd", **overrides: Any) -> ResolvedDecoder:

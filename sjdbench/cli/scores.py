@@ -44,13 +44,6 @@ def _fd_vs_floor(doc: dict) -> str:
     return f"{other:.3g}" + (f" ({floor['value']:.3g})" if floor else "")
 
 
-def summary_of(run: Path) -> dict:
-    """summary.json ({} when missing or damaged)."""
-    from sjdbench.results.files import read_json
-
-    return read_json(run / "summary.json").doc or {}
-
-
 def outcome_table(outcomes) -> Table:
     caption = (
         "value [bootstrap 95 % CI over prompts]; Δ vs AR: paired difference with the AR run; floor: the same "
@@ -98,20 +91,11 @@ def outcome_table(outcomes) -> Table:
 def current_scores(run: Path) -> tuple[dict, dict[str, dict]]:
     """(the run's record as the store reads it, evaluator -> its current score document): scores of
     the samples the run holds now (results.runs.is_current), the latest written when several
-    protocols are current; superseded files are never shown."""
-    import pandas as pd
-
-    from sjdbench.results.runs import check_rows, read_run, read_scores
-    from sjdbench.results.scorefile import read_score_file
+    protocols are current; superseded files are never shown. Each file is read once."""
+    from sjdbench.results.runs import check_rows, current_score_docs, read_run
 
     record = check_rows(read_run(run))
-    current = read_scores(pd.DataFrame([record])).current
-    docs: dict[str, dict] = {}
-    for row in sorted(current.to_dict("records"), key=lambda r: Path(r["file"]).stat().st_mtime):
-        doc = read_score_file(Path(row["file"]))
-        if doc:
-            docs[row["evaluator"]] = doc
-    return record, docs
+    return record, current_score_docs(record)
 
 
 def _clip_delta(doc: dict) -> str:
@@ -183,9 +167,8 @@ def quality_table(
     rows: list[tuple[dict, dict, dict[str, Any], Path]] = []
     for run in runs:
         record, scores = current_scores(run)
-        if scores:
-            summary = summary_of(run) | {"run_id": run.name, "n_samples": record.get("n_rows")}
-            rows.append((summary, record, scores, run))
+        if scores:  # the record holds summary.json's fields, its statistics recomputed from the rows
+            rows.append((record | {"n_samples": record.get("n_rows")}, record, scores, run))
     if not rows:
         return None
     present = {name for _, _, scores, _ in rows for name in scores}

@@ -46,6 +46,8 @@ class ModelConfig:
     same name. Their list is `models.options.TOP_LEVEL` (a test holds these fields to it)."""
 
     name: str = "debug"
+    # the model's registry entry, from its YAML (sjdbench.models.registry); null: the YAML's
+    _target_: Optional[str] = None
     options: Dict[str, Any] = field(default_factory=dict)
     path: Optional[str] = None  # local weights directory (null: the hub id's cached snapshot)
     weights: Optional[str] = None  # pretrained | random (the architecture with random weights, no download)

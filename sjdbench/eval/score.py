@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sjdbench.errors import UserError
-from sjdbench.eval.evaluators import COCO, EVALUATORS, TOY, evaluator_class
+from sjdbench.eval.evaluators import COCO, TOY, check_evaluator, evaluator_class
 from sjdbench.eval.evaluators.base import Evaluator, Refused, RunView, SampleMetric, SetMetric, open_run
 from sjdbench.eval.evaluators.settings import EvalConfig
 from sjdbench.eval.metrics.bootstrap import bootstrap_ci, prompt_groups
@@ -422,12 +422,12 @@ def score(
     _OPENED.clear()
     _STORES.clear()
     runs = [open_run(d) for d in run_dirs]
+    _OPENED.update({run.dir: run for run in runs})  # a run scored here and compared with is read once
     runs.sort(key=lambda r: (not is_ar_run(r), r.run_id))
     outcomes = []
     for run in runs:
         for name in evaluators_for(run, config):
-            if name not in EVALUATORS:
-                raise UserError(f"unknown evaluator '{name}'; choose from: {', '.join(sorted(EVALUATORS))}")
+            check_evaluator(name)
             outcome = score_run(run, name, config)
             outcomes.append(outcome)
             if on_outcome:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import time
 import uuid
@@ -45,7 +46,6 @@ from sjdbench.decoding.build import resolved_settings
 from sjdbench.decoding.loop import Decoder, DecodeResult, Request, jacobi_decode, jacobi_decode_batch
 from sjdbench.errors import Interrupted, NonFiniteLogits, UserError
 from sjdbench.machine import apply_threads, environment, load_1m, snapshot
-from sjdbench.models.registry import build_adapter
 from sjdbench.results.store import SCHEMA, RunLocked, RunStore, StoreError, save_png
 from sjdbench.results.summary import summarize
 from sjdbench.run.reporting import Reporter
@@ -157,28 +157,70 @@ def decode_stream(
 
 def load_adapter(spec: ResolvedRun, reporter: Reporter) -> Any:
     """The run's model, built on its device (the one model load of a run or a group of runs)."""
-    config = spec.config
-    reporter.model_loading(config.model.name, spec.device)
+    reporter.model_loading(spec.model.name, spec.device)
     start = time.perf_counter()
-    adapter = build_adapter(config.model.name, dict(config.model.options), spec.device)
-    reporter.model_loaded(config.model.name, time.perf_counter() - start)
+    adapter = spec.model.build(spec.device)
+    reporter.model_loaded(spec.model.name, time.perf_counter() - start)
     return adapter
+
+
+def model_key(spec: ResolvedRun) -> str:
+    """Runs that can share one loaded model: the same model, options and device."""
+    return json.dumps(
+        {
+            "name": spec.model.name,
+            "target": spec.model.target,
+            "options": asdict(spec.model.options),
+            "device": spec.device,
+        },
+        sort_keys=True,
+        default=str,
+    )
+
+
+class LoadedModel:
+    """The model this process holds, reused by the runs that share it (a sweep's groups of one model);
+    one model in memory at a time."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.adapter: Any = None
+
+    def get(self, spec: ResolvedRun, reporter: Reporter) -> Any:
+        key = model_key(spec)
+        if key != self.key:
+            self.key, self.adapter = None, None  # the previous model goes before the next one loads
+            self.adapter = load_adapter(spec, reporter)
+            self.key = key
+        return self.adapter
+
+
+@dataclass(frozen=True)
+class StoreState:
+    """What a run's store holds, read once when its lock is taken (after the lock's repairs): the
+    samples stored, and whether config.yaml or env.json must be (re)written."""
+
+    done: frozenset[tuple[int, int]]
+    needs_metadata: bool
+
+    @classmethod
+    def read(cls, store: RunStore) -> StoreState:
+        return cls(frozenset(store.done_keys()), store.needs_metadata())
 
 
 class RunWriter:
     """One run open for writing (its lock held by the caller): the decoder built against the
     model, rows appended as samples finish."""
 
-    def __init__(self, spec: ResolvedRun, adapter: Any, timing: dict) -> None:
+    def __init__(self, spec: ResolvedRun, adapter: Any, timing: dict, stored: StoreState) -> None:
         self.spec = spec
-        self.store = spec.store()
+        self.store = spec.store
         self.adapter = adapter
         self.timing = timing
-        done = self.store.done_keys()
-        self.todo = [(p, s) for p, s in spec.wanted if (p.prompt_id, s) not in done]
+        self.todo = [(p, s) for p, s in spec.wanted if (p.prompt_id, s) not in stored.done]
         self.new = 0
         self.notes: list[str] = []  # settings fitted to the model (config.ranges.fit_to_model)
-        if not self.todo and not self.store.needs_metadata():
+        if not self.todo and not stored.needs_metadata:
             return
         self.decoder, self.notes = fit_to_model(
             spec.decoder, spec.config.model.name, spec.decoder.build(adapter), adapter
@@ -318,13 +360,16 @@ def execute_runs(
     timing_mode: str = "single",
     limit_new: Optional[int] = None,
     keep_going: bool = False,
+    loaded: Optional[LoadedModel] = None,
 ) -> list[RunOutcome]:
     """Run (or resume) runs of one model: their missing samples decoded prompt by prompt, each
     prompt by every run in turn (paired timing), under each run's write lock.
 
-    `adapter` lets sweeps reuse loaded weights; `limit_new` stops after that many new samples (for
-    tests of interruption); `keep_going`: a run whose decode fails is reported as failed and the
-    others go on. Ctrl-C raises `Interrupted(done, total)`; every finished row is stored.
+    `adapter`: the model, already loaded; `loaded` lets sweeps reuse the model a previous group
+    loaded (it is loaded only when some run needs it); `limit_new` stops after that many new samples
+    (for tests of interruption); `keep_going`: a run whose decode fails is reported as failed and the
+    others go on. Ctrl-C raises `Interrupted(done, total)`; every finished row is stored. Each run's
+    store is read once, under its lock.
     """
     reporter = reporter or Reporter()
     timing = new_timing(timing_mode)
@@ -334,10 +379,12 @@ def execute_runs(
     with contextlib.ExitStack() as locks:
         try:
             specs = _lock(locks, specs, keep_going, aside, reporter)
-            if any(len(spec.wanted_keys - spec.store().done_keys()) or spec.store().needs_metadata() for spec in specs):
+            stored = {spec.run_id: StoreState.read(spec.store) for spec in specs}
+            if any(spec.wanted_keys - stored[spec.run_id].done or stored[spec.run_id].needs_metadata for spec in specs):
                 apply_threads(specs[0].config.threads, specs[0].device)
-                adapter = adapter if adapter is not None else load_adapter(specs[0], reporter)
-            writers = _writers(specs, adapter, timing, keep_going, aside, reporter)
+                if adapter is None:
+                    adapter = (loaded or LoadedModel()).get(specs[0], reporter)
+            writers = _writers(specs, stored, adapter, timing, keep_going, aside, reporter)
             specs = [w.spec for w in writers]
             if not writers:
                 return [aside[spec.run_id] for spec in everyone]
@@ -373,7 +420,7 @@ def execute_runs(
                 with contextlib.suppress(Exception):
                     writer.finish()
             if isinstance(error, KeyboardInterrupt):
-                finished = sum(len(spec.wanted_keys & spec.store().done_keys()) for spec in specs)
+                finished = sum(len(spec.wanted_keys & spec.store.done_keys()) for spec in specs)
                 raise Interrupted(finished, sum(len(spec.wanted) for spec in specs)) from None
             raise
         outcomes = [writer.finish() for writer in writers]
@@ -390,11 +437,11 @@ def _lock(locks, specs: list[ResolvedRun], keep_going: bool, aside: dict, report
     locked = []
     for spec in specs:
         try:
-            store = locks.enter_context(spec.store().writer())
+            store = locks.enter_context(spec.store.writer())
         except RunLocked as error:
             if not keep_going:
                 raise
-            aside[spec.run_id] = RunOutcome(spec.run_id, str(spec.store().dir), "skipped", {}, 0, str(error))
+            aside[spec.run_id] = RunOutcome(spec.run_id, str(spec.store.dir), "skipped", {}, 0, str(error))
             reporter.note(f"skipped: {error}")
             continue
         for text in store.repairs:
@@ -404,18 +451,24 @@ def _lock(locks, specs: list[ResolvedRun], keep_going: bool, aside: dict, report
 
 
 def _writers(
-    specs: list[ResolvedRun], adapter: Any, timing: dict, keep_going: bool, aside: dict, reporter: Reporter
+    specs: list[ResolvedRun],
+    stored: dict[str, StoreState],
+    adapter: Any,
+    timing: dict,
+    keep_going: bool,
+    aside: dict,
+    reporter: Reporter,
 ) -> list[RunWriter]:
     """A writer per run; with `keep_going`, a run whose settings do not fit the loaded model
     (config.ranges.fit_to_model) fails on its own, with its line, and the others go on."""
     writers = []
     for spec in specs:
         try:
-            writer = RunWriter(spec, adapter, timing)
+            writer = RunWriter(spec, adapter, timing, stored[spec.run_id])
         except UserError as error:
             if not keep_going or isinstance(error, StoreError):
                 raise
-            aside[spec.run_id] = RunOutcome(spec.run_id, str(spec.store().dir), "failed", {}, 0, str(error))
+            aside[spec.run_id] = RunOutcome(spec.run_id, str(spec.store.dir), "failed", {}, 0, str(error))
             continue
         for text in writer.notes:
             reporter.note(text)

@@ -129,13 +129,10 @@ def compose_eval(overrides: list[str]) -> EvalConfig:
 
 
 def validate(config: EvalConfig) -> None:
-    from sjdbench.eval.evaluators import EVALUATORS
+    from sjdbench.eval.evaluators import check_evaluator
 
     for name in config.evaluators or []:
-        if name not in EVALUATORS:
-            raise UserError(
-                f"unknown evaluator '{name}' in eval.evaluators; choose from: {', '.join(sorted(EVALUATORS))}"
-            )
+        check_evaluator(name, "eval.evaluators")
     choices = {
         "eval.clip.score": (config.clip.score, ("100max0", "cosine")),
         "eval.clip.image_resize": (config.clip.image_resize, ("none", "bilinear299", "crop_lanczos256")),

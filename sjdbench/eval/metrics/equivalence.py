@@ -140,13 +140,13 @@ def is_mean_of_samples(evaluator: str) -> bool:
     """Whether an evaluator's score is the mean of its per-sample values, so that the mean paired
     difference TOST tests is the difference the table shows (toy_objects pools objects over the run,
     set metrics have no per-sample values)."""
-    from sjdbench.eval.evaluators import EVALUATORS, evaluator_class
+    from sjdbench.eval.evaluators import evaluator_class, evaluator_names
     from sjdbench.eval.evaluators.base import SampleMetric
 
-    if evaluator not in EVALUATORS:
+    if evaluator not in evaluator_names():
         return False
     cls = evaluator_class(evaluator)
-    return cls.level == "sample" and cls.aggregate is SampleMetric.aggregate
+    return cls.level == "sample" and getattr(cls, "aggregate", None) is SampleMetric.aggregate
 
 
 def default_margin(evaluator: str, metric: str) -> float | None:
@@ -174,9 +174,9 @@ def margin_for(evaluator: str, metric: str, margins: Mapping[str, float | None] 
 def parse_margins(words: Iterable[str], option: str = "--equivalence-margin") -> dict[str, float | None]:
     """`clip_score=0.5`, `toy_clip=2`, `toy_clip=none` (no test) -> {evaluator: margin}; bad input is
     one line saying which word and what is accepted."""
-    from sjdbench.eval.evaluators import EVALUATORS
+    from sjdbench.eval.evaluators import evaluator_names
 
-    valid = [name for name in EVALUATORS if is_mean_of_samples(name)]
+    valid = [name for name in evaluator_names() if is_mean_of_samples(name)]
     out: dict[str, float | None] = {}
     for word in words:
         name, sep, text = word.partition("=")
