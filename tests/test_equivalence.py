@@ -138,7 +138,7 @@ def test_margins_are_parsed_and_bad_ones_refused_in_one_line():
     assert parse_margins(["toy_clip=0.5", "clip_score=none"]) == {"toy_clip": 0.5, "clip_score": None}
     assert parse_margins([]) == {}
     cases = {
-        "toy_fd=1": "choose one of: toy_clip, clip_score",
+        "toy_fd=1": "choose one of: clip_score, hpsv2, toy_clip",
         "toy_clip": "give EVALUATOR=MARGIN",
         "toy_clip=-1": "positive number",
         "toy_clip=abc": "positive number",
@@ -215,5 +215,5 @@ def test_report_refuses_a_bad_margin_in_one_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: --equivalence-margin toy_fd=1: 'toy_fd' has no equivalence test (its score is not a mean of "
-        "per-sample values); choose one of: toy_clip, clip_score"
+        "per-sample values); choose one of: clip_score, hpsv2, toy_clip"
     ]

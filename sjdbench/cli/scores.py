@@ -204,7 +204,8 @@ def quality_table(
     def order(row):
         return (row[0].get("decoder_family") != "ar", row[0].get("seed", 0), str(row[0].get("decoder")))
 
-    baselines: dict[Path, tuple[dict, dict[str, dict]]] = {}
+    # the AR baselines' records and scores: those of the table's own rows are read already
+    baselines: dict[Path, tuple[dict, dict[str, dict]]] = {run: (record, scores) for _, record, scores, run in rows}
 
     def baseline_of(run: Path, doc: dict) -> tuple[dict, dict[str, dict]]:
         """The AR baseline's record and current scores, read once per table."""
