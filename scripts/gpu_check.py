@@ -38,6 +38,7 @@ import time
 STARTED = time.monotonic()  # before the heavy imports: the budget counts the whole process
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import datetime  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
@@ -94,7 +95,7 @@ class Plan:
     repeats: int  # timed repeats per step (median)
     compile_guess_s: float  # what a first compilation is assumed to take before one is measured
     toy_batches: tuple[int, ...]
-    toy_passes: int  # timed passes over the batch (prompts = passes x B), after one untimed pass
+    toy_passes: int  # batch cycles timed per point: passes x B prompts, B at a time
     batched_presets: tuple[str, ...]
     chi2_presets: tuple[str, ...]
     chi2_samples: int  # per preset (fewer when the share runs out; the test reports the count)
@@ -281,25 +282,18 @@ def new_record(name: str) -> dict:
     }
 
 
-@functools.cache
-def _alarm_supported() -> bool:
-    return hasattr(signal, "setitimer")
-
-
-class alarm_at:
-    """Raise OutOfTime in the main thread at monotonic time `when` (no-op without SIGALRM)."""
-
-    def __init__(self, when: float) -> None:
-        self.when = when
-
-    def __enter__(self) -> None:
-        if _alarm_supported():
-            signal.signal(signal.SIGALRM, _out_of_time)
-            signal.setitimer(signal.ITIMER_REAL, max(self.when - time.monotonic(), 0.01))
-
-    def __exit__(self, *exc: object) -> None:
-        if _alarm_supported():
-            signal.setitimer(signal.ITIMER_REAL, 0)
+@contextlib.contextmanager
+def alarm_at(when: float) -> Iterator[None]:
+    """Raise OutOfTime in the main thread at monotonic time `when` (nothing where there is no SIGALRM)."""
+    if not hasattr(signal, "setitimer"):
+        yield
+        return
+    signal.signal(signal.SIGALRM, _out_of_time)
+    signal.setitimer(signal.ITIMER_REAL, max(when - time.monotonic(), 0.01))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _out_of_time(signum: int, frame: object) -> None:
@@ -431,7 +425,7 @@ def models_section(section: Section, requested: list[str] | None) -> None:
     eager_shapes = [(batch, window) for batch in plan.batches for window in (1, *plan.windows)]
     eager_end = time.monotonic() + 0.35 * section.left()
     builds: dict[str, float] = {}
-    for i, model in enumerable_left(models):
+    for i, model in counting_down(models):
         box_end = time.monotonic() + (eager_end - time.monotonic()) / i
 
         def eager_may(batch: int, window: int, end: float = box_end) -> str | None:
@@ -466,7 +460,7 @@ def models_section(section: Section, requested: list[str] | None) -> None:
         measure_model(section, model, True, compiled_shapes, compiled_may, compile_s)
 
 
-def enumerable_left(items: list[str]) -> Iterator[tuple[int, str]]:
+def counting_down(items: list[str]) -> Iterator[tuple[int, str]]:
     """(how many items are left, this one included, item)."""
     for index, item in enumerate(items):
         yield len(items) - index, item
@@ -817,7 +811,8 @@ def chi2_section(section: Section) -> None:
         f"Pearson test against exact AR (cells pooled to expect >= 5); pass: p > {P_LEVEL:g}"
     )
     chunk_s = 0.0
-    for preset in plan.chi2_presets:
+    for left_to_test, preset in counting_down(list(plan.chi2_presets)):
+        until = time.monotonic() + section.left() / left_to_test  # each preset a fair part of what is left
         try:
             decoder = build_preset(preset, adapter, *CHI2_OVERRIDES.get(preset, ()))
         except Exception as error:  # noqa: BLE001
@@ -827,8 +822,8 @@ def chi2_section(section: Section) -> None:
         nfe, drawn, chunk = 0, 0, 0
         began = time.monotonic()
         while drawn < plan.chi2_samples:
-            if section.left() < chunk_s + 1.0:
-                section.skip(f"{preset} after {drawn} samples", f"{section.left():.0f} s left")
+            if until - time.monotonic() < chunk_s + 1.0:
+                section.skip(f"{preset} after {drawn} samples", f"its part of the share is spent after {drawn}")
                 break
             size = min(plan.chi2_chunk, plan.chi2_samples - drawn)
             chunk_began = time.monotonic()
