@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
 SECTIONS = ("models", "toy", "batched", "chi2")
 
-# runs the script with the evaluation packages made unimportable: the check must not need them
+# runs a Python file with the evaluation packages made unimportable: the GPU check and the CLI need neither
 WITHOUT_EVAL_PACKAGES = """
 import importlib.abc, runpy, sys
 class Refuse(importlib.abc.MetaPathFinder):
@@ -31,6 +31,12 @@ sys.meta_path.insert(0, Refuse())
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
+
+
+def run_without_eval_packages(*words: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python <words>` with open_clip and torch_fidelity made unimportable (the GPU machine lacks them)."""
+    command = [sys.executable, "-c", WITHOUT_EVAL_PACKAGES, *words]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 @functools.cache
@@ -46,18 +52,7 @@ def load_script():
 def dry_run(tmp_path_factory) -> tuple[dict, str, str]:
     out = tmp_path_factory.mktemp("gpu_check")
     # a budget no loaded test machine exhausts: the shares' own skipping is tested below
-    command = [
-        sys.executable,
-        "-c",
-        WITHOUT_EVAL_PACKAGES,
-        str(SCRIPT),
-        "--dry-run",
-        "--budget",
-        "400",
-        "--out",
-        str(out),
-    ]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = run_without_eval_packages(str(SCRIPT), "--dry-run", "--budget", "400", "--out", str(out))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (json_path,) = out.glob("*.json")
     (md_path,) = out.glob("*.md")
@@ -176,3 +171,12 @@ def test_bad_shares_are_refused_in_one_line(capsys):
         script.parse_shares(["models=0.9"])
     with pytest.raises(ValueError, match="give a fraction of the budget"):
         script.parse_shares(["toy=half"])
+
+
+def test_the_cli_runs_without_the_evaluation_packages(tmp_path):
+    """Importing sjdbench, composing a run and decoding it need neither open_clip nor torch-fidelity."""
+    sjdbench = str(ROOT / "sjdbench" / "__main__.py")
+    words = ("run", "decoder=sjd", "decoder.window=4", "data.limit=1", "device=cpu", f"results_dir={tmp_path}")
+    done = run_without_eval_packages(sjdbench, *words)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "1 new sample" in done.stdout
