@@ -185,9 +185,11 @@ class Section:
             self.record["notes"].append(text)
 
     def fail(self, what: str, error: BaseException) -> None:
-        """A failure of one item: recorded with its first line and the section goes on."""
+        """A failure of one item (called while handling it): its first line in both files, its traceback
+        in the JSON; the section goes on."""
         message = first_line(error)
         self.record["errors"].append({"what": what, "error": message})
+        self.record.setdefault("tracebacks", {})[what] = traceback.format_exc(limit=12)
         self.check.progress(f"{self.name}: FAILED {what}: {message}")
         self.check.save()
 
@@ -533,18 +535,21 @@ def measure_model(
     check.progress(f"models: {model} {mode} built in {build_s:.1f} s (N = {build['segment_N']})")
     ar_ms: dict[int, float] = {}
     measured: set[int] = set()
+    broken = None  # a compilation that failed: the model's other shapes would fail alike, slowly
     try:
         for index, (batch, window) in enumerate(shapes):
             what = f"{model} {mode} B={batch} W={window}"
             if index == 0 or shapes[index - 1][0] != batch:
                 start_peak(plan.device)
-            why = may_start(batch, window)
+            why = f"the compilation of {broken} failed" if broken else may_start(batch, window)
             if why is None and window > adapter.layout.n_positions:
                 why = f"the segment has only {adapter.layout.n_positions} positions"
             if why is not None:
                 section.skip(what, why)
             else:
                 row = measure_shape(section, adapter, what, batch, window)
+                if row is None and compiled:
+                    broken = broken or f"B={batch} W={window}"
                 if row is not None:
                     measured.add(batch)
                     if compile_s is not None:
@@ -899,7 +904,8 @@ def render_markdown(report: dict) -> str:
         if record["skipped"]:
             lines += ["", "Skipped:", ""] + [f"- {s['what']}: {s['why']}" for s in record["skipped"]]
         if record["errors"]:
-            lines += ["", "Failed:", ""] + [f"- {e['what']}: {e['error']}" for e in record["errors"]]
+            lines += ["", "Failed (tracebacks in the JSON):", ""]
+            lines += [f"- {e['what']}: {e['error']}" for e in record["errors"]]
         if record.get("traceback"):
             lines += ["", "```", record["traceback"].rstrip(), "```"]
     return "\n".join(lines) + "\n"
@@ -978,7 +984,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=None, help="total seconds (default 460; dry run 90)")
     parser.add_argument("--share", action="append", default=[], metavar="SECTION=FRACTION", help="a section's share")
     parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
-    parser.add_argument("--models", nargs="+", default=None, help=f"real models (default: {' '.join(REAL_MODELS)})")
+    parser.add_argument("--models", nargs="+", default=None, choices=REAL_MODELS, help="real models (default: all)")
     parser.add_argument("--device", default="cuda", help="a CUDA device (the dry run uses the CPU)")
     parser.add_argument("--out", type=Path, default=None, help="folder (default docs/gpu; dry run: a temp dir)")
     return parser.parse_args(argv)
