@@ -426,7 +426,7 @@ def models_section(section: Section, requested: list[str] | None) -> None:
     configure_dynamo()
     eager_shapes = [(batch, window) for batch in plan.batches for window in (1, *plan.windows)]
     eager_end = time.monotonic() + 0.35 * section.left()
-    builds: dict[str, float] = {}
+    builds: dict[str, float | None] = {}
     for i, model in counting_down(models):
         box_end = time.monotonic() + (eager_end - time.monotonic()) / i
 
@@ -446,7 +446,7 @@ def models_section(section: Section, requested: list[str] | None) -> None:
         def compiled_may(batch: int, window: int, model: str = model, later: list[str] = later) -> str | None:
             need = expected(model) + 2.0
             if (batch, window) not in essential:  # the models after this one keep the time for their ratio
-                need += sum(builds.get(m, 10.0) + 2 * expected(m) for m in later)
+                need += sum((builds.get(m) or 10.0) + 2 * expected(m) for m in later)
             left = section.left()
             return (
                 None
@@ -454,7 +454,10 @@ def models_section(section: Section, requested: list[str] | None) -> None:
                 else f"{left:.0f} s left, needs ~{need:.0f} s (a compilation ~{expected(model):.0f} s)"
             )
 
-        if section.left() < builds.get(model, 10.0) + expected(model) + 2.0:
+        if builds.get(model) is None:
+            section.skip(f"{model} compiled", "the eager pass could not build it or encode a prompt (see Failed)")
+            continue
+        if section.left() < (builds.get(model) or 10.0) + expected(model) + 2.0:
             section.skip(
                 f"{model} compiled", f"{section.left():.0f} s left, a compilation takes ~{expected(model):.0f} s"
             )
@@ -500,9 +503,10 @@ def measure_model(
     shapes: list[tuple[int, int]],
     may_start: Callable[[int, int], str | None],
     compile_s: dict[str, float] | None = None,
-) -> float:
+) -> float | None:
     """One model in one mode: build it, then each (B, W) step that `may_start` allows (it returns
-    the reason to skip one, or None); the peak memory of each B. Returns the build's seconds."""
+    the reason to skip one, or None); the peak memory of each B. Returns the build's seconds, or
+    None when the model could not be built or could not encode a prompt (a missing package, say)."""
     from sjdbench.models.registry import entry
 
     check, plan = section.check, section.check.plan
@@ -517,9 +521,13 @@ def measure_model(
     breaks_before = graph_breaks()
     try:
         adapter = spec.load(plan.device, **options)
+        adapter.encode_prompt(PROMPT)
     except Exception as error:  # noqa: BLE001
         section.fail(f"build {model} {mode}", error)
-        return time.monotonic() - began
+        adapter = None
+    if adapter is None:
+        free_device(plan.device)
+        return None
     synchronize(plan.device)
     build_s = time.monotonic() - began
     build = {

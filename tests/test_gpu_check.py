@@ -20,14 +20,11 @@ SCRIPT = ROOT / "scripts" / "gpu_check.py"
 SECTIONS = ("models", "toy", "batched", "chi2")
 
 # runs a Python file with the evaluation packages made unimportable: the GPU check and the CLI need neither
+# (None in sys.modules: importing it fails as for a package that is not installed, and probing for it
+# with importlib.util.find_spec finds nothing)
 WITHOUT_EVAL_PACKAGES = """
-import importlib.abc, runpy, sys
-class Refuse(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] in ("open_clip", "torch_fidelity"):
-            raise ImportError("no " + name + " here")
-        return None
-sys.meta_path.insert(0, Refuse())
+import runpy, sys
+sys.modules.update(open_clip=None, torch_fidelity=None)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
