@@ -365,6 +365,7 @@ def package_version(distribution: str) -> str | None:
 
 
 def synchronize(device: str) -> None:
+    """The runner's, restated so that the models section imports no run configuration (hydra)."""
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 
