@@ -147,7 +147,7 @@ def test_batched_samples_equal_each_alone(adapter):
         feats[b, :, :n] = torch.cat([st.hidden[0, :, -1:], hid[0, :, : n - 1]], dim=1)
         positions[b, :n] = torch.arange(n)
     step = drafter.extend(dcache, tokens, feats, positions)
-    for b, (prompt, st, tok, hid) in enumerate(runs):
+    for b, (prompt, st, tok, _) in enumerate(runs):
         alone = drafter.new_cache(1, prompt.length, adapter.layout.n_positions, 4)
         drafter.start(alone, [0], st)
         n = lengths[b]

@@ -160,7 +160,7 @@ def ours(net, head, sc: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     levels. Returns logits (2, S, V) of the prefix (prompt entries padded in front), level 1 (2, W, V),
     level 2 (2, W, V)."""
     drafter = Drafter(net, head)
-    S, P = sc["S"], P_SLOTS
+    P = P_SLOTS
     # prompt slot i of ours = released slot i - 1 shifted: our entry i pairs token i with feature i - 1
     tokens = torch.zeros(1, 2, P, dtype=torch.long)
     tokens[0, :, 1:] = sc["ids"][:, : P - 1]

@@ -34,8 +34,6 @@ from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.chameleon import ChameleonLM
 from sjdbench.models.images import to_uint8
 from sjdbench.models.lumina import (
-    BREAK,
-    SEPARATOR,
     VQGAN_FILES,
     LuminaVocabulary,
     load_lm,

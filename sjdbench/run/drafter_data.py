@@ -86,7 +86,9 @@ def teacher_forced(adapter: Any, prompts: list[str], tokens: torch.Tensor, rows:
         prompt_tokens = states.tokens[b, row][real]
         seq_tokens = torch.cat([prompt_tokens, tokens[b]])
         seq_hidden = torch.cat([states.hidden[b, row][real], hidden[b, row]])
-        seq_rotary = torch.cat([states.rotary[b, row][real], states.base[b, row] + torch.arange(N, device=adapter.device)])
+        seq_rotary = torch.cat(
+            [states.rotary[b, row][real], states.base[b, row] + torch.arange(N, device=adapter.device)]
+        )
         out.append(
             Sequence(
                 seq_tokens.cpu(),
@@ -147,8 +149,13 @@ def _generate(
         rows = [0 if r < COND_SHARE else 1 for r in rng.random(len(texts))]
         tokens = sample_batch(adapter, texts, seed=int(rng.integers(2**62)))
         if both_rows:
-            groups = [list(pair) for pair in zip(teacher_forced(adapter, texts, tokens, [0] * len(texts)),
-                                                 teacher_forced(adapter, texts, tokens, [1] * len(texts)))]
+            groups = [
+                list(pair)
+                for pair in zip(
+                    teacher_forced(adapter, texts, tokens, [0] * len(texts)),
+                    teacher_forced(adapter, texts, tokens, [1] * len(texts)),
+                )
+            ]
         else:
             groups = [[s] for s in teacher_forced(adapter, texts, tokens, rows)]
         tmp = path.with_suffix(".tmp")

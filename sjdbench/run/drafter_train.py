@@ -42,7 +42,7 @@ class DrafterTrainConfig:
     seed: int = 0
     n_train: int = 1024  # self-distilled samples (one row each)
     n_val: int = 32  # held-out samples (both rows) for the agreement figures
-    data_batch: int = 32  # prompts sampled together
+    data_batch: int = 128  # prompts sampled together (one AR forward per position serves them all)
     steps: int | None = None  # None: derived from `minutes` after timing the first steps
     minutes: float | None = None
     batch_size: int = 16  # sequences per step
@@ -78,9 +78,18 @@ def drafter_config_for(adapter: Any) -> DrafterConfig:
     if model is not None and hasattr(model, "cfg") and hasattr(model.cfg, "hidden_dim"):  # our Llama (toy, debug)
         c = model.cfg
         return DrafterConfig(
-            "llama", c.dim, c.hidden_dim, c.n_heads, c.n_heads, c.vocab_size, rms_norm_eps=c.norm_eps, rope_theta=c.rope_theta
+            "llama",
+            c.dim,
+            c.hidden_dim,
+            c.n_heads,
+            c.n_heads,
+            c.vocab_size,
+            rms_norm_eps=c.norm_eps,
+            rope_theta=c.rope_theta,
         )
-    raise ValueError(f"no drafter architecture is defined for model '{adapter.name}'; train one for toy, debug or anole")
+    raise ValueError(
+        f"no drafter architecture is defined for model '{adapter.name}'; train one for toy, debug or anole"
+    )
 
 
 def _lr(step: int, total: int, cfg: DrafterTrainConfig) -> float:
@@ -90,7 +99,9 @@ def _lr(step: int, total: int, cfg: DrafterTrainConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * (1 - t))
 
 
-def make_batch(sequences: list[Sequence], noise_std: float, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
+def make_batch(
+    sequences: list[Sequence], noise_std: float, generator: torch.Generator | None
+) -> dict[str, torch.Tensor]:
     """Right-padded entries of each sequence: entry k pairs token k + 1 with the hidden state of
     slot k (noised), at slot k's rotary position; its targets are slot k + 1's hidden state. Loss
     on entries at segment positions."""
@@ -120,7 +131,9 @@ def make_batch(sequences: list[Sequence], noise_std: float, generator: torch.Gen
     return dict(tokens=tokens, features=features, target=target, rotary=rotary, mask=mask[:, None], loss_mask=loss_mask)
 
 
-def losses(net: DrafterNet, head: Callable, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def losses(
+    net: DrafterNet, head: Callable, batch: dict[str, torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(vloss, ploss, top-1 agreement) over the batch's loss entries."""
     out = net(batch["tokens"], batch["features"], batch["rotary"], batch["mask"], NoCache())  # (B, L, D)
     mask = batch["loss_mask"]
@@ -197,8 +210,11 @@ def train_drafter(
         param.requires_grad_(False)  # the target is frozen: its head passes gradients, never takes them
     work_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    train = drafter_data.generate(adapter, prompts, work_dir / "train", cfg.seed, cfg.data_batch, log)
-    val_rows = drafter_data.generate_pairs(adapter, val_prompts, work_dir / "val", cfg.seed + 1, cfg.data_batch, log)
+    batching = f"b{cfg.data_batch}"  # batch files hold data_batch samples each: another size starts afresh
+    train = drafter_data.generate(adapter, prompts, work_dir / f"train_{batching}", cfg.seed, cfg.data_batch, log)
+    val_rows = drafter_data.generate_pairs(
+        adapter, val_prompts, work_dir / f"val_{batching}", cfg.seed + 1, cfg.data_batch, log
+    )
     data_seconds = time.time() - started
 
     torch.manual_seed(cfg.seed)
@@ -268,7 +284,10 @@ def train_drafter(
                 }
             )
             window = []
-            log(f"step {step}/{cfg.steps}: loss {mean[0]:.4f} (feature {mean[1]:.4f}, token {mean[2]:.3f}), top-1 {mean[3]:.3f}")
+            log(
+                f"step {step}/{cfg.steps}: loss {mean[0]:.4f} (feature {mean[1]:.4f}, token {mean[2]:.3f}), "
+                f"top-1 {mean[3]:.3f}"
+            )
         if time.time() - last_ckpt > cfg.ckpt_minutes * 60:
             checkpoint()
             last_ckpt = time.time()
@@ -279,7 +298,8 @@ def train_drafter(
         "target": target,
         "train": asdict(cfg),
         "data": {
-            "kind": "self-distilled: the target's own AR samples (default sampling), hidden states by a teacher-forced forward",
+            "kind": "self-distilled: the target's own AR samples (default sampling), hidden states by a "
+            "teacher-forced forward",
             "train_samples": len(train),
             "conditional_share": round(sum(s.row == 0 for s in train) / max(1, len(train)), 3),
             "train_entries": int(sum(s.tokens.numel() - 1 for s in train)),

@@ -15,9 +15,9 @@ from typing import Any, Callable
 from sjdbench.errors import UserError
 from sjdbench.run.drafter_train import DrafterTrainConfig, train_drafter
 
-# the shipped toy drafter's recipe (docs/TOY.md): 512 self-distilled samples, then this many steps
+# the shipped toy drafter's recipe: 512 self-distilled samples, then this many steps of 16 sequences
 SHIPPED_SAMPLES = 512
-SHIPPED_STEPS = 1500
+SHIPPED_STEPS = 800
 HELD_OUT = 32
 CAPTION_SEED = 2000  # toy-world captions of the training samples (the toy itself trained on seed 0)
 
@@ -39,6 +39,7 @@ def train_for_model(
     resume: bool = True,
     device: str = "auto",
     log: Callable[[str], None] = print,
+    held_out: int = HELD_OUT,
 ) -> dict[str, Any]:
     """Build the target from `model=...` words, check where the drafter goes, train it."""
     from sjdbench.config.schema import compose_run
@@ -66,7 +67,7 @@ def train_for_model(
     fingerprint = registry.weights_fingerprint(name, options)
     adapter = registry.build_adapter(name, options, registry.resolve_device(device))
     n_train = samples or SHIPPED_SAMPLES
-    prompts, val_prompts, source = _prompts(prompts_file, n_train, seed)
+    prompts, val_prompts, source = _prompts(prompts_file, n_train, seed, held_out)
     cfg = DrafterTrainConfig(seed=seed, n_train=n_train, n_val=len(val_prompts), threads=threads)
     if minutes is not None:
         cfg = replace(cfg, minutes=minutes)
@@ -76,17 +77,19 @@ def train_for_model(
     return train_drafter(adapter, prompts, val_prompts, out, drafter_name(name), work_dir, cfg, target, resume, log)
 
 
-def _prompts(path: Path | None, count: int, seed: int) -> tuple[list[str], list[str], str]:
+def _prompts(path: Path | None, count: int, seed: int, held_out: int) -> tuple[list[str], list[str], str]:
     """(training captions, held-out captions, where they came from)."""
     if path is not None:
         from sjdbench.data.prompts import read_prompt_file
 
         texts = read_prompt_file(path)
-        if len(texts) < count + HELD_OUT:
-            raise UserError(f"{path} has {len(texts)} prompts; --samples {count} needs {count + HELD_OUT} (with the held-out ones)")
-        return texts[:count], texts[count : count + HELD_OUT], str(path)
+        if len(texts) < count + held_out:
+            raise UserError(
+                f"{path} has {len(texts)} prompts; --samples {count} needs {count + held_out} (with the held-out ones)"
+            )
+        return texts[:count], texts[count : count + held_out], str(path)
     from sjdbench.toyworld.world import render_batch
 
     _, train = render_batch(CAPTION_SEED + seed, 0, count)
-    _, held_out = render_batch(CAPTION_SEED + seed + 1, 0, HELD_OUT)
-    return train, held_out, f"toy-world captions (seed {CAPTION_SEED + seed}; held out: {CAPTION_SEED + seed + 1})"
+    _, val = render_batch(CAPTION_SEED + seed + 1, 0, held_out)
+    return train, val, f"toy-world captions (seed {CAPTION_SEED + seed}; held out: {CAPTION_SEED + seed + 1})"

@@ -43,7 +43,7 @@ LLAMAGEN_ROPE_BASE = 10000.0
 def released_config(config: dict[str, Any]) -> DrafterConfig:
     """A released `config.json` as a DrafterConfig (ValueError naming what does not fit)."""
     kind = config.get("model_type")
-    common = dict(
+    common: dict[str, Any] = dict(
         hidden_size=int(config["hidden_size"]),
         intermediate_size=int(config["intermediate_size"]),
         num_attention_heads=int(config["num_attention_heads"]),

@@ -133,10 +133,10 @@ class HeadNorm(nn.Module):
 class DrafterMLP(nn.Module):
     def __init__(self, cfg: DrafterConfig) -> None:
         super().__init__()
-        D, I, bias = cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias
-        self.gate_proj = nn.Linear(D, I, bias=bias)
-        self.up_proj = nn.Linear(D, I, bias=bias)
-        self.down_proj = nn.Linear(I, D, bias=bias)
+        D, inner, bias = cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias
+        self.gate_proj = nn.Linear(D, inner, bias=bias)
+        self.up_proj = nn.Linear(D, inner, bias=bias)
+        self.down_proj = nn.Linear(inner, D, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
