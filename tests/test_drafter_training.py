@@ -130,3 +130,14 @@ def test_models_without_a_released_drafter_say_how_to_train_one():
     assert not ok and "sjdbench toy train-drafter model=janus" in line
     assert default_source("llamagen", {"resolution": 512}) == "jadohu/llamagen2_drafter"
     assert default_source("anole", {}) == "jadohu/anole_drafter"
+
+
+def test_the_command_refuses_the_package_folder_in_one_line():
+    from typer.testing import CliRunner
+
+    from sjdbench.cli.commands import app
+
+    before = {p.name: p.stat().st_mtime_ns for p in WEIGHTS_DIR.iterdir()}
+    result = CliRunner().invoke(app, ["toy", "train-drafter", "--out", str(WEIGHTS_DIR), "--steps", "1"])
+    assert result.exit_code == 2 and "shipped toy drafter" in result.output
+    assert {p.name: p.stat().st_mtime_ns for p in WEIGHTS_DIR.iterdir()} == before
