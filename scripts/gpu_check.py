@@ -398,9 +398,9 @@ def gib(count: int) -> float:
 
 
 def real_models(requested: list[str] | None) -> list[str]:
-    from sjdbench.models.registry import model_names
+    from sjdbench import plugins
 
-    names = set(model_names())
+    names = set(plugins.names("model"))
     return [m for m in (requested or REAL_MODELS) if m in names]
 
 
