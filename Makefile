@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: install install-cpu test test-all lint format bench bench-batch study report-toy clean
+.PHONY: install install-cpu test test-all lint format docs docs-serve bench bench-batch study report-toy clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,20 @@ lint: $(BIN)/python
 	$(BIN)/ruff format --check sjdbench tests benchmarks scripts
 	$(BIN)/mypy
 
+# The documentation site (mkdocs.yml): built into site/ with --strict, so a broken link or anchor, a
+# page missing from the navigation or a missing measured-table fragment fails; docs-serve rebuilds as
+# you edit (http://127.0.0.1:8000). NO_MKDOCS_2_WARNING silences mkdocs-material's banner about its
+# successor, which is no warning about these docs.
+DOCS_ENV := NO_MKDOCS_2_WARNING=1
+
+docs: $(BIN)/python
+	@$(BIN)/python -c "import mkdocs, material, mkdocstrings" 2>/dev/null || $(MAKE) install
+	$(DOCS_ENV) $(BIN)/mkdocs build --strict --site-dir site
+
+docs-serve: $(BIN)/python
+	@$(BIN)/python -c "import mkdocs, material, mkdocstrings" 2>/dev/null || $(MAKE) install
+	$(DOCS_ENV) $(BIN)/mkdocs serve --strict
+
 format: $(BIN)/python
 	$(BIN)/ruff format sjdbench tests benchmarks scripts
 	$(BIN)/ruff check --fix sjdbench tests benchmarks scripts
@@ -55,12 +69,13 @@ bench-batch: $(BIN)/python
 
 # The full toy study: every preset at W = 16 on 256 held-out captions, AR at seeds 0 and 1, eval and
 # report, batched, in two worker processes; prints its own wall time (about 30 minutes on 2 cores)
+# and writes its quality table to docs/generated/study.md
 study: $(BIN)/python
 	@$(BIN)/python -c "import sjdbench" 2>/dev/null || $(MAKE) install
 	$(BIN)/python scripts/study.py $(STUDY_ARGS)
 
-report-toy: $(BIN)/python  # toy sweeps + scores + `sjdbench report`; refreshes the README's table and figures
+report-toy: $(BIN)/python  # toy sweeps + scores + `sjdbench report`; refreshes the docs' toy report table and figures
 	$(BIN)/python scripts/toy_report.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist site *.egg-info

@@ -1,14 +1,15 @@
 """Side-by-side decoder benchmark: step compression, paired latency speedup vs AR, and where the time
 goes (model forwards vs decoding machinery), in one process.
 
-    python benchmarks/bench_decoders.py                          # toy model, all presets, W = 16, 32, 64
+    python benchmarks/bench_decoders.py                          # toy model, every preset, W = 16, 32, 64
     python benchmarks/bench_decoders.py --decoders sjd sjd_vp --windows 32 --prompts 4
     python benchmarks/bench_decoders.py --model debug --prompts 2 --windows 4 --overhead-prompts 1
 
 Latency: AR and every (decoder, W) decode the same prompt with the same seed one after another,
 prompt by prompt, through `runner.timed_decode` (the function `sjdbench run` times with), so
-machine drift hits all of them alike; speedup is the geometric mean of per-prompt AR/decoder
-latency ratios. Absolute CPU times are noise; the ratios measured in one run are the result.
+machine drift hits all of them alike; the speedup is results.pairing's, as every command prints
+it: the geometric mean of per-prompt AR/decoder latency ratios. The presets are the `decoder`
+config group's. Absolute CPU times are noise; the ratios measured in one run are the result.
 
 Overhead: a second pass decodes `--overhead-prompts` prompts with the model's forward and prefill
 timed (device-synchronised); everything else (sampling, verification, proposals, statistics,
@@ -22,38 +23,25 @@ middle of the image with the cache filled, medians of interleaved repeats.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a source checkout without installing
 
 from sjdbench.config import compose_run, decoder_spec  # noqa: E402
+from sjdbench.config.identity import decoder_presets  # noqa: E402
 from sjdbench.data.prompts import load_prompts  # noqa: E402
 from sjdbench.machine import apply_threads, cpu_model, cpus_available, load_1m  # noqa: E402
 from sjdbench.models.registry import build_adapter, resolve_device  # noqa: E402
+from sjdbench.report.generated import describe_machine, script_command, tee_stdout, text_block, write_fragment  # noqa: E402
+from sjdbench.results.pairing import speedup  # noqa: E402
 from sjdbench.run.runner import resolve_sampling, sample_seed, synchronize, timed_decode  # noqa: E402
-
-PRESETS = [
-    "jacobi",
-    "sjd",
-    "sjd_pp",
-    "mc_sjd",
-    "sjd_vp",
-    "lantern",
-    "lantern_vp",
-    "gsd",
-    "gsd_vp",
-    "sjd_pac",
-    "lantern_pac",
-    "pjd",
-    "zipar",
-]
 
 
 class ForwardTimer:
@@ -109,14 +97,22 @@ def window_cost(adapter: Any, prompt_text: str, widths: list[int], device: str, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="model config name (default: the root default, the toy)")
-    parser.add_argument("--decoders", nargs="+", default=PRESETS, help="decoder presets (AR is always the baseline)")
+    parser.add_argument(
+        "--decoders", nargs="+", default=None, help="decoder presets (default: every preset; AR is always the baseline)"
+    )
     parser.add_argument("--windows", nargs="+", type=int, default=[16, 32, 64], help="window sizes W")
     parser.add_argument("--prompts", type=int, default=8, help="prompts for the paired latencies")
     parser.add_argument("--overhead-prompts", type=int, default=2, help="prompts for the overhead pass (0: skip)")
     parser.add_argument("--data", default="smoke")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the runs' default)")
+    parser.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="also write the printed table as a docs fragment, e.g. docs/generated/bench_decoders.md",
+    )
     args = parser.parse_args()
+    printed = tee_stdout() if args.markdown else None
 
     device = resolve_device(args.device)
     threads = apply_threads(args.threads, device)
@@ -126,7 +122,8 @@ def main() -> None:
     ar_cfg = compose_run([*base, "decoder=ar"])
     adapter = build_adapter(ar_cfg.model.name, dict(ar_cfg.model.options), device)
     sampling = resolve_sampling(adapter.default_sampling, ar_cfg.sampling)
-    names = [("ar", 1)] + [(d, w) for d in args.decoders if d != "ar" for w in args.windows]
+    chosen = args.decoders or decoder_presets()
+    names = [("ar", 1)] + [(d, w) for d in chosen if d != "ar" for w in args.windows]
     decoders = {("ar", 1): decoder_spec(ar_cfg).build(adapter)}
     for name, width in names[1:]:
         decoders[(name, width)] = decoder_spec(
@@ -137,14 +134,14 @@ def main() -> None:
 
     for decoder in decoders.values():  # warm-up, untimed
         timed_decode(adapter, prompts[0].text, decoder, sampling, 0, device)
-    latency: dict[tuple, list[float]] = {key: [] for key in decoders}
+    latency: dict[tuple, list[dict]] = {key: [] for key in decoders}  # sample rows, as the store holds them
     nfe: dict[tuple, list[int]] = {key: [] for key in decoders}
     busy = 0
     for prompt in prompts:
         seed = sample_seed(0, prompt.prompt_id, 0)
         for key, decoder in decoders.items():
             timed = timed_decode(adapter, prompt.text, decoder, sampling, seed, device)
-            latency[key].append(timed.latency_s)
+            latency[key].append({"prompt_id": prompt.prompt_id, "sample": 0, "latency_s": timed.latency_s})
             nfe[key].append(timed.result.stats.nfe)
             busy += bool(timed.machine["busy"])
 
@@ -166,19 +163,20 @@ def main() -> None:
         f"cpu={cpu_model()} cpus={cpus_available()} load_1m={load_start}->{load_1m()} busy_decodes={busy}"
     )
     print(
-        "# speedup: geometric mean over prompts of AR/decoder latency, interleaved prompt by prompt; "
+        "# speedup: geometric mean over prompts of AR/decoder latency (results.pairing), interleaved prompt by prompt; "
         "outside: share of wall time outside model forwards; ms/it: that time per iteration"
     )
     print(f"{'decoder':<12}{'W':>4}{'NFE':>8}{'step x':>8}{'speedup':>9}{'lat ms':>9}{'outside':>9}{'ms/it':>8}")
+    ar_rows = pd.DataFrame(latency[("ar", 1)])
     for key in decoders:
         name, width = key
-        ratios = [a / b for a, b in zip(latency[("ar", 1)], latency[key])]
-        speedup = math.exp(statistics.fmean(math.log(r) for r in ratios))
+        rows = pd.DataFrame(latency[key])
+        ratio = speedup(ar_rows, rows).value
         mean_nfe = statistics.fmean(nfe[key])
         share, per_iteration = outside.get(key, (float("nan"), float("nan")))
         print(
-            f"{name:<12}{width:>4}{mean_nfe:>8.1f}{tokens / mean_nfe:>8.2f}{speedup:>9.2f}"
-            f"{1000 * statistics.fmean(latency[key]):>9.1f}{share:>9.1%}{per_iteration:>8.2f}"
+            f"{name:<12}{width:>4}{mean_nfe:>8.1f}{tokens / mean_nfe:>8.2f}{ratio or float('nan'):>9.2f}"
+            f"{1000 * rows['latency_s'].mean():>9.1f}{share:>9.1%}{per_iteration:>8.2f}"
         )
     print(
         "# window forward cost in AR steps (one W-token window forward / one 1-token forward, mid-image): "
@@ -191,6 +189,8 @@ def main() -> None:
             "ratios are still paired, absolute times are not to be trusted",
             file=sys.stderr,
         )
+    if printed is not None:
+        write_fragment(args.markdown, text_block(printed.getvalue()), script_command(), describe_machine(device))
 
 
 if __name__ == "__main__":

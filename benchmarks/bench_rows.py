@@ -47,7 +47,17 @@ def main() -> None:
     parser.add_argument("--rows", nargs="+", type=int, default=[2, 8, 32, 64, 128, 256])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="also write the printed table as a docs fragment, e.g. docs/generated/bench_rows.md",
+    )
     args = parser.parse_args()
+    printed = None
+    if args.markdown:  # the script needs only torch otherwise
+        from sjdbench.report.generated import tee_stdout
+
+        printed = tee_stdout()
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"))
     print(f"# device={args.device} dtype={dtype} threads={torch.get_num_threads()}")
@@ -67,6 +77,10 @@ def main() -> None:
         base = median[args.rows[0]]
         ratios = "".join(f"{median[r] / base:>10.2f}" for r in args.rows)
         print(f"{label:<18}{ratios}{base * 1e3:>9.3f}")
+    if printed is not None:
+        from sjdbench.report.generated import describe_machine, script_command, text_block, write_fragment
+
+        write_fragment(args.markdown, text_block(printed.getvalue()), script_command(), describe_machine(args.device))
 
 
 if __name__ == "__main__":

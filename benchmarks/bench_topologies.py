@@ -11,8 +11,10 @@ in flight together. A decoder is a preset, optionally with overrides after a col
 
 Step compression and latency: the toy model at its shipped sampling, held-out toy captions; every
 decoder decodes every prompt with the same seed, interleaved prompt by prompt after AR, in one
-process, so machine drift hits all of them alike. Speedup is the geometric mean of per-prompt AR /
-decoder latency. Absolute CPU times are noise; the ratios of one run are the result.
+process (timed by runner.timed_decode, as `sjdbench run` times), so machine drift hits all of them
+alike. The speedup is results.pairing's: the geometric mean of per-prompt AR / decoder latency.
+Absolute CPU times are noise; the ratios of one run are the result. The decoders are every preset
+of the `decoder` config group plus VARIANTS.
 
 TV: the exactness suite's enumerable model (sjdbench.exactness.enumerable_model: 256 sequences);
 n samples per decoder against the exact AR probabilities, with the noise floor an exact sampler has at
@@ -24,7 +26,6 @@ per decoder.
 from __future__ import annotations
 
 import argparse
-import math
 import multiprocessing as mp
 import os
 import platform
@@ -32,31 +33,20 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 
+import pandas as pd
 import torch
 
 from sjdbench.config import compose_run, decoder_spec
+from sjdbench.config.identity import decoder_presets
 from sjdbench.data.prompts import load_prompts
 from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.models.registry import build_adapter
-from sjdbench.run.runner import resolve_sampling, sample_seed, synchronize
+from sjdbench.report.generated import describe_machine, printed_markdown, script_command, tee_stdout, write_fragment
+from sjdbench.results.pairing import speedup
+from sjdbench.run.runner import resolve_sampling, sample_seed, timed_decode
 
-PRESETS = [
-    "jacobi",
-    "sjd",
-    "sjd_pp",
-    "mc_sjd",
-    "sjd_vp",
-    "lantern",
-    "lantern_vp",
-    "gsd",
-    "gsd_vp",
-    "sjd_pac",
-    "sjd_pac:decoder.topology.width=4",
-    "lantern_pac",
-    "pjd",
-    "zipar",
-    "zipar:decoder.topology.row_start=4",
-]
+# beside every preset of the `decoder` config group: the topologies at another shape
+VARIANTS = ["sjd_pac:decoder.topology.width=4", "zipar:decoder.topology.row_start=4"]
 
 
 def overrides_of(decoder: str) -> tuple[str, list[str]]:
@@ -97,7 +87,7 @@ def tv_from_ar(decoder: str, n: int, seed: int) -> tuple[str, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--decoders", nargs="+", default=PRESETS)
+    parser.add_argument("--decoders", nargs="+", default=None, help="default: every preset, plus VARIANTS")
     parser.add_argument("--windows", nargs="+", type=int, default=[16, 32, 64])
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--data", default="toy")
@@ -106,7 +96,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads for the latency runs")
     parser.add_argument("--tv-samples", type=int, default=8000, help="0: skip the TV column")
     parser.add_argument("--tv-workers", type=int, default=2)
+    parser.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="also write the printed table as a docs fragment, e.g. docs/generated/bench_topologies.md",
+    )
     args = parser.parse_args()
+    printed = tee_stdout() if args.markdown else None
+    args.decoders = args.decoders or [*decoder_presets(), *VARIANTS]
     torch.set_num_threads(args.threads)
 
     tv: dict[str, dict] = {}
@@ -137,12 +134,9 @@ def main() -> None:
     for prompt in prompts:
         seed = sample_seed(0, prompt.prompt_id, 0)
         for key, built in runs.items():
-            generator = torch.Generator(args.device).manual_seed(seed)
-            synchronize(args.device)
-            start = time.perf_counter()
-            result = jacobi_decode(adapter, prompt.text, built, sampling, generator)
-            synchronize(args.device)
-            latency[key].append(time.perf_counter() - start)
+            timed = timed_decode(adapter, prompt.text, built, sampling, seed, args.device)  # as `sjdbench run` times
+            result = timed.result
+            latency[key].append({"prompt_id": prompt.prompt_id, "sample": 0, "latency_s": timed.latency_s})
             nfe[key].append(result.stats.nfe)
             slots[key].append(result.stats.slots_fed / max(result.stats.iterations, 1))
 
@@ -154,10 +148,10 @@ def main() -> None:
     )
     print("| decoder | W | slots/forward | NFE | step x | speedup | TV from AR (noise floor) | p | claim |")
     print("|---|---|---|---|---|---|---|---|---|")
+    ar_rows = pd.DataFrame(latency[("ar", 1)])
     for key in runs:
         decoder, window = key
-        ratios = [a / b for a, b in zip(latency[("ar", 1)], latency[key])]
-        speedup = math.exp(statistics.fmean(math.log(r) for r in ratios))
+        ratio = speedup(ar_rows, pd.DataFrame(latency[key])).value or float("nan")  # results.pairing's
         mean_nfe = statistics.fmean(nfe[key])
         fit = tv.get(decoder)
         tv_cell = f"{fit['tv']:.4f} ({fit['noise']:.4f})" if fit else "-"
@@ -166,7 +160,11 @@ def main() -> None:
         print(
             f"| {name_of(decoder) if decoder != 'ar' else 'ar'} | {window} | {statistics.fmean(slots[key]):.1f} "
             f"| {mean_nfe:.1f} | {tokens / mean_nfe:.2f} | "
-            f"{speedup:.2f} | {tv_cell} | {p_cell} | {claim} |"
+            f"{ratio:.2f} | {tv_cell} | {p_cell} | {claim} |"
+        )
+    if printed is not None:
+        write_fragment(
+            args.markdown, printed_markdown(printed.getvalue()), script_command(), describe_machine(args.device)
         )
 
 

@@ -35,6 +35,7 @@ from sjdbench.decoding.loop import Decoder, jacobi_decode
 from sjdbench.decoding.registry import resolve_part
 from sjdbench.exactness import TabulatedAdapter, chi_square, exact_probabilities, expected_tv_noise
 from sjdbench.models.debug import build_debug_adapter
+from sjdbench.report.generated import printed_markdown, script_command, tee_stdout, write_fragment
 
 PROMPT = "ab"
 WINDOW = 4  # enumerable models: the exactness suite's window
@@ -84,8 +85,8 @@ def enumerable_adapter(model: str):
 
 
 def build_decoder(variant: Variant, adapter) -> Decoder:
-    def part(kind: str, spec: tuple):
-        name, knobs = spec
+    def part(kind: str, chosen: tuple):
+        name, knobs = chosen
         return resolve_part(kind, {"name": name, **dict(knobs)}, f"decoder.{kind}").build(adapter)
 
     return Decoder(
@@ -210,13 +211,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (1 on a busy machine)")
     parser.add_argument("--skip-exact", action="store_true")
     parser.add_argument("--skip-toy", action="store_true")
+    parser.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="also write the printed table as a docs fragment, e.g. docs/generated/readings.md",
+    )
     args = parser.parse_args()
+    printed = tee_stdout() if args.markdown else None
     if args.threads:
         torch.set_num_threads(args.threads)
     if not args.skip_exact:
         exactness_part(args.samples, args.workers, args.only)
     if not args.skip_toy:
         toy_part(args.prompts, args.window, args.results)
+    if printed is not None:
+        write_fragment(args.markdown, printed_markdown(printed.getvalue()), script_command())
 
 
 if __name__ == "__main__":

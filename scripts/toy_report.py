@@ -1,4 +1,4 @@
-"""Regenerate the toy report the README shows, in one command: `make report-toy`.
+"""Regenerate the toy report the documentation shows, in one command: `make report-toy`.
 
 1. sweeps on the toy model (8 held-out captions; --limit 16 for tighter CIs): every preset at
    W = 16, the window, growth-steps, fusion and topology ablations (the AR baseline is added by the
@@ -7,11 +7,12 @@
 2. quality scores: `sjdbench eval` on every run (the toy's offline evaluators: toy CLIP-Score,
    Fréchet distance in toy-CLIP space, object accuracy; already-scored runs are not recomputed);
 3. `sjdbench report` with draft traces (4 prompts per decoder) into <results>/report;
-4. the README's assets: the main table spliced between its markers, the trajectories and
-   quality-vs-speed figures copied to docs/report/, and a headless-Chromium screenshot of
-   report.html at docs/report_screenshot.png (skipped with a note when Chromium is missing).
+4. the documentation's assets: the main table as the fragment docs/generated/toy_report.md (with
+   the command, the machine and the date), the trajectories and quality-vs-speed figures copied to
+   docs/report/, and a headless-Chromium screenshot of report.html at docs/report_screenshot.png
+   (skipped with a note when Chromium is missing).
 
-    python scripts/toy_report.py [--results results/toy-report] [--limit 8] [--no-readme]
+    python scripts/toy_report.py [--results results/toy-report] [--limit 8] [--no-docs]
 
 On a machine shared with other jobs, OMP_NUM_THREADS=1 keeps each decode from oversubscribing the cores.
 """
@@ -25,9 +26,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sjdbench.report.generated import script_command, write_fragment
+
 REPO = Path(__file__).resolve().parent.parent
 SWEEPS = ["+sweep=decoders", "+sweep=window", "+sweep=growth_steps", "+sweep=fusion", "+sweep=topologies"]
-README_BEGIN, README_END = "<!-- toy-report:main:begin -->", "<!-- toy-report:main:end -->"
+FRAGMENT = REPO / "docs" / "generated" / "toy_report.md"
 
 
 def sjdbench(*words: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -36,16 +39,11 @@ def sjdbench(*words: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=REPO, check=check)
 
 
-def splice_readme(main_md: Path) -> None:
-    readme = REPO / "README.md"
-    text = readme.read_text()
-    if README_BEGIN not in text or README_END not in text:
-        print(f"README.md has no {README_BEGIN} ... {README_END} markers; table not spliced", flush=True)
-        return
-    head, rest = text.split(README_BEGIN, 1)
-    _, tail = rest.split(README_END, 1)
+def main_table_fragment(main_md: Path, fragment: Path, command: str) -> Path:
+    """The report's main table (its title one level down, under the page's own heading) as a docs
+    fragment; the table's bullets already name the model, data, hardware and commit."""
     body = main_md.read_text().replace("### ", "#### ", 1).strip()
-    readme.write_text(f"{head}{README_BEGIN}\n{body}\n{README_END}{tail}")
+    return write_fragment(fragment, body, command)
 
 
 def screenshot(html: Path, png: Path) -> None:
@@ -79,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default="results/toy-report", help="results directory for the toy runs")
     parser.add_argument("--limit", type=int, default=8, help="toy captions per run")
-    parser.add_argument("--no-readme", action="store_true", help="leave README.md and docs/ untouched")
+    parser.add_argument("--no-docs", action="store_true", help="leave docs/ untouched")
     args = parser.parse_args()
     results = (REPO / args.results).resolve()
     shown = os.path.relpath(results, REPO)  # commands run in the repository: the page shows short paths
@@ -99,7 +97,7 @@ def main() -> None:
         "--out",
         os.path.relpath(out, REPO),
     )
-    if args.no_readme:
+    if args.no_docs:
         return
     figures = out / "figures" / "toy-toy"
     docs = REPO / "docs" / "report"
@@ -107,7 +105,7 @@ def main() -> None:
     for name in ("trajectories.png", "quality_vs_speed.png"):
         if (figures / name).exists():
             shutil.copyfile(figures / name, docs / name)
-    splice_readme(out / "main.md")
+    print(f"table -> {main_table_fragment(out / 'main.md', FRAGMENT, script_command())}", flush=True)
     screenshot(out / "report.html", REPO / "docs" / "report_screenshot.png")
 
 

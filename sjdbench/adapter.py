@@ -188,3 +188,73 @@ class ImageARAdapter(Protocol):
         """GSD's squared-distance threshold in the units of `token_embeddings` (the paper's 0.5 for
         Lumina-mGPT-like models), used when the GSD verifier's `d_thr` is null."""
         ...
+
+
+# -- an optional capability: the target's hidden states, for drafters ---------------------------
+@dataclass
+class PromptStates:
+    """What a prefill hands a drafter about the prompts it ran (n samples, both CFG rows).
+
+    A drafter reads, for each slot, the target's last hidden state: the final-norm output the LM head
+    reads (EAGLE's feature; jadohu/LANTERN takes `outputs[0]` of the base model, which is after the
+    final norm). Drafter entries pair the hidden state of slot i - 1 with the token of slot i.
+    """
+
+    hidden: torch.Tensor  # (n, 2, P, D) last hidden state of every prompt slot
+    tokens: torch.Tensor  # (n, 2, P) the token id each slot holds, as a drafter embeds it (padding: anything)
+    valid: torch.Tensor  # (n, 2, P) bool: a real prompt token (False: left padding)
+    rotary: torch.Tensor  # (n, 2, P) long: the rotary position the target gave each slot
+    base: torch.Tensor  # (n, 2) long: the rotary position of segment position 0 in each row
+
+
+@runtime_checkable
+class HiddenStatesAdapter(Protocol):
+    """An adapter that returns, on request, each slot's last hidden state with its logits (both CFG
+    rows: the released drafters run on the conditional and the unconditional row and mix their
+    logits like the target's). Asking costs nothing extra: the hidden states are the head's input."""
+
+    name: str
+    returns_hidden_states: bool  # False: the model cannot (a drafter preset refuses it)
+    hidden_size: int
+
+    def prefill_states(
+        self, cache: Any, samples: list[int], prompts: list[PromptBatch]
+    ) -> tuple[torch.Tensor, PromptStates]:
+        """`prefill`, plus the prompts' hidden states: (logits (n, 2, V), PromptStates)."""
+        ...
+
+    def forward_states(
+        self,
+        cache: Any,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        horizon: int | None = None,
+        lengths: list[int] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward`, plus each slot's hidden state: (logits (B, 2, L, V), hidden (B, 2, L, D))."""
+        ...
+
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's head over hidden states (..., D) -> logits (..., V) in `dtype`: a drafter's
+        features go through it."""
+        ...
+
+    def token_embeddings(self) -> torch.Tensor: ...
+
+
+def returns_hidden_states(adapter: Any) -> bool:
+    """Whether `adapter` can hand a drafter its hidden states (the capability's flag)."""
+    return bool(getattr(adapter, "returns_hidden_states", False))
+
+
+def require_hidden_states(adapter: Any, what: str = "a drafter") -> HiddenStatesAdapter:
+    """The adapter as a HiddenStatesAdapter, or one line naming the model that cannot serve `what`."""
+    if not returns_hidden_states(adapter):
+        from sjdbench.errors import UserError
+
+        raise UserError(
+            f"model '{getattr(adapter, 'name', type(adapter).__name__)}' does not return its hidden states, "
+            f"which {what} needs; choose a decoder without a drafter or a model that has them"
+        )
+    return adapter

@@ -102,16 +102,16 @@ def load_model(name: str, device: str = "auto", **options: Any) -> ImageARAdapte
     from sjdbench.config.resolve import check_model
     from sjdbench.config.schema import compose_run
     from sjdbench.models.options import TOP_LEVEL
-    from sjdbench.models.registry import build_adapter, resolve_device
+    from sjdbench.models.registry import resolve_device
 
     _require("name", name, (str,), "a model name such as 'toy' (see `sjdbench list model`)")
     _require("device", device, (str,), "a device name: auto, cpu, cuda, cuda:N or mps")
     words = [f"model={name}"]
     for key, value in options.items():
         words.append(_override(f"model.{key}" if key in TOP_LEVEL else f"model.options.{key}", value))
-    config = compose_run(words, typed=True)  # the command line's checks: types, ranges (model.options.top_k=-5), ...
-    check_model(config)  # ... and the model's own: its options, weight files, sampling vs its image tokens
-    return build_adapter(config.model.name, dict(config.model.options), resolve_device(device))
+    config = compose_run(words, typed=True)  # the command line's checks: types, ranges (model.options.top_k=-5)
+    model, _ = check_model(config)  # and the model's own: its options, weight files, sampling vs its image tokens
+    return model.build(resolve_device(device))
 
 
 def build_decoder(preset: str = "sjd", **overrides: Any) -> ResolvedDecoder:

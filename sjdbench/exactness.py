@@ -28,13 +28,16 @@ from sjdbench.decoding.loop import Decoder, Request, jacobi_decode_batch
 from sjdbench.decoding.processing import StructureMasks, process_logits
 
 
-def enumerable_model():
+def enumerable_model(device: str = "cpu"):
     """The exactness suite's model: the debug LLaMA on a 2x2 grid of 4 codes with a row end token
     after each row (6 positions, 256 sequences), CFG 2, weights small enough (std 0.15) that many
-    sequences carry mass and every conditional depends on its context."""
+    sequences carry mass and every conditional depends on its context. The same seeded weights on
+    any device."""
     from sjdbench.models.debug import build_debug_adapter
 
-    return build_debug_adapter(grid_h=2, grid_w=2, n_codes=4, dim=32, n_layers=2, init_std=0.15, cfg_scale=2.0, seed=0)
+    return build_debug_adapter(
+        device, grid_h=2, grid_w=2, n_codes=4, dim=32, n_layers=2, init_std=0.15, cfg_scale=2.0, seed=0
+    )
 
 
 class TabulatedAdapter:

@@ -8,7 +8,7 @@ so one torch thread on two free cores reads about 1, and "busy" means that other
 together wanted more cores than there were.
 
 The default CPU thread count is 1 (`threads: null` in the config). Measured on a 2-core machine,
-toy model, side by side in one process (docs in README, "Reproducibility and performance"): two
+toy model, side by side in one process (docs/PERFORMANCE.md, "Threads"): two
 threads win little on a quiet machine and collapse when any other process competes for the cores,
 because OpenMP threads of one matmul wait for each other; one thread stays within ~1.5x.
 """

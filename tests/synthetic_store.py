@@ -195,3 +195,34 @@ def make_store(root, **env_of):
         "partial": write_run(root, SynthRun(["decoder=mc_sjd"], [2.0] * 5, [5] * 5, complete=False)),
     }
     return ids
+
+
+AR_CLIP = [70.0, 80.0, 75.0, 90.0, 60.0]
+
+
+def scored_store(root):
+    """The synthetic store with toy CLIP-Scores: sjd within a few hundredths of AR on every prompt,
+    sjd_vp 2 points above it, lantern (lossy) equal to AR, jacobi (greedy) beside a sampled AR."""
+    ids = make_store(root)
+    ids["jacobi"] = write_run(root, SynthRun(["decoder=jacobi"], [1.2] * 5, [8] * 5))
+    per_run = {
+        "ar": AR_CLIP,
+        "sjd": [v + d for v, d in zip(AR_CLIP, [0.02, -0.03, 0.01, 0.0, -0.01])],
+        "vp": [v + 2.0 + d for v, d in zip(AR_CLIP, [0.02, -0.03, 0.01, 0.0, -0.01])],
+        "lantern": AR_CLIP,
+        "jacobi": AR_CLIP,
+    }
+    for name, values in per_run.items():
+        delta = None if name == "ar" else (float(np.mean(values) - np.mean(AR_CLIP)), -9.0, 9.0)
+        write_score(
+            root,
+            ids[name],
+            "toy_clip",
+            float(np.mean(values)),
+            (0.0, 100.0),
+            metric="toy CLIP-Score (100 * max(cos, 0))",
+            per_sample=values,
+            delta=delta,
+            ar_run_id=None if name == "ar" else ids["ar"],
+        )
+    return ids

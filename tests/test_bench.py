@@ -9,7 +9,8 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_decoders.py"
 
 
-def test_bench_script_runs_and_prints_latency_overhead_and_window_cost():
+def test_bench_script_runs_and_prints_latency_overhead_and_window_cost(tmp_path):
+    fragment = tmp_path / "docs" / "bench_decoders.md"
     args = [
         sys.executable,
         str(SCRIPT),
@@ -25,9 +26,16 @@ def test_bench_script_runs_and_prints_latency_overhead_and_window_cost():
         "2",
         "--overhead-prompts",
         "1",
+        "--markdown",
+        str(fragment),
     ]
     result = subprocess.run(
-        args, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        args,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=SCRIPT.parents[1],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -42,3 +50,32 @@ def test_bench_script_runs_and_prints_latency_overhead_and_window_cost():
         assert 0 < share < 100 and float(row[7]) > 0  # a share of wall time and a time per iteration
     cost = next(line for line in lines if line.startswith("# window forward cost"))
     assert "W=3:" in cost and "W=5:" in cost
+    # --markdown: the printed table, as printed, in a docs fragment that names the command and the machine
+    text = fragment.read_text()
+    assert "Measured with `python benchmarks/bench_decoders.py --model debug" in text and "CPUs" in text
+    block = text.split("```text\n", 1)[1].split("\n```", 1)[0]
+    assert block.splitlines() == lines
+
+
+def test_benchmarks_take_their_presets_from_the_decoder_config_group(tmp_path, monkeypatch):
+    """The benchmarks and the study compare every preset of the `decoder` group but AR, so a preset
+    added there (here, in an SJDBENCH_CONFIG_PATH directory) joins them without an edit."""
+    from sjdbench.config.identity import decoder_presets, preset_decoder
+    from sjdbench.config.schema import group_choices
+
+    assert decoder_presets() == [name for name in group_choices("decoder") if name != "ar"]
+    (tmp_path / "decoder").mkdir()
+    (tmp_path / "decoder" / "sjd_wide.yaml").write_text(
+        "defaults:\n  - proposal: resample\n  - verifier: exact\n  - init: random\n  - topology: chain\n"
+        "  - _self_\n\nname: sjd_wide\nwindow: 64\n"
+    )
+    monkeypatch.setenv("SJDBENCH_CONFIG_PATH", str(tmp_path))
+    preset_decoder.cache_clear()
+    try:
+        assert "sjd_wide" in decoder_presets()
+    finally:
+        preset_decoder.cache_clear()
+    for name in ("bench_decoders.py", "bench_topologies.py"):
+        text = (SCRIPT.parent / name).read_text()
+        assert "decoder_presets()" in text and '"jacobi",' not in text, name
+    assert "decoder_presets()" in (SCRIPT.parents[1] / "scripts" / "study.py").read_text()

@@ -187,7 +187,7 @@ def test_labels_name_the_knobs_that_differ_from_the_preset():
 
 
 def test_labels_distinguish_every_point_of_the_fusion_sweep():
-    from sjdbench.run.sweep import build_plan
+    from sjdbench.run.plan import build_plan
 
     plan = build_plan(["+sweep=fusion", "model=debug", "data=smoke"], add_baselines=False)
     labels = [point.decoder_label for point in plan.points]
@@ -268,10 +268,13 @@ def test_a_new_part_is_one_file_plus_one_yaml(tmp_path, monkeypatch):
 def test_the_pairing_key_is_the_id_of_the_ar_run():
     """runkey computes the AR run's id torch-free from AR's identity; it must be the id the config
     layer gives the `ar` preset (and its greedy reading) with the same facts."""
-    from sjdbench.config.identity import ar_decoder, run_id
+    from sjdbench.config.identity import run_id
     from sjdbench.runkey import SampleFacts, ar_run_id
 
+    ar = decoder_spec(compose_run(["decoder=ar"]))
+    greedy_ar = decoder_spec(compose_run(["decoder=ar", "decoder/verifier=greedy"]))
+    assert not ar.greedy and greedy_ar.greedy and greedy_ar.is_ar
     facts = SampleFacts("toy", {}, "smoke", "abc", {"top_k": None}, 3, 1, "cpu", "w1", 2)
-    for greedy in (False, True):
-        assert ar_run_id(facts, greedy=greedy) == run_id(facts, ar_decoder(greedy))
-    assert ar_run_id(facts, seed_offset=1) == run_id(dataclasses.replace(facts, seed=4), ar_decoder(False))
+    assert ar_run_id(facts) == run_id(facts, ar)
+    assert ar_run_id(facts, greedy=True) == run_id(facts, greedy_ar)
+    assert ar_run_id(facts, seed_offset=1) == run_id(dataclasses.replace(facts, seed=4), ar)

@@ -65,3 +65,23 @@ def test_the_suite_cannot_reach_the_network():
 
     with pytest.raises(OSError, match="tests run offline"):
         socket.create_connection(("192.0.2.1", 443), timeout=1)  # TEST-NET-1: never a real host
+
+
+# the docs extra: each package is used by the documentation site (file, what in it needs the package)
+DOCS_USE = {
+    "mkdocs": ("Makefile", "$(BIN)/mkdocs build --strict"),
+    "mkdocs-material": ("mkdocs.yml", "name: material"),
+    "mkdocstrings": ("mkdocs.yml", "- mkdocstrings:"),
+    "mkdocstrings-python": ("mkdocs.yml", "python:"),
+    "pymdown-extensions": ("mkdocs.yml", "pymdownx."),
+}
+
+
+def test_every_docs_dependency_is_used_by_the_site():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    docs = [re.split(r"[<>=!~\[ ;]", name, maxsplit=1)[0] for name in extras["docs"]]
+    assert sorted(docs) == sorted(DOCS_USE), "a docs dependency nothing uses, or a use without its dependency"
+    for name, (where, needs) in DOCS_USE.items():
+        assert needs in (ROOT / where).read_text(encoding="utf-8"), f"{name}: {where} no longer has {needs!r}"
+    assert "sjdbench[docs]" in extras["dev"]  # `make install` brings the site's tools

@@ -93,7 +93,7 @@ def emu3_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def adapter(emu3_dir):
-    return emu3.SPEC.load(path=str(emu3_dir), resolution=32)
+    return emu3.MODEL.load(path=str(emu3_dir), resolution=32)
 
 
 def baai_prefix_constraint(adapter):
@@ -239,12 +239,12 @@ def test_layout_helper_counts():
 
 def test_missing_weights_give_one_line(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
-        emu3.SPEC.load(path=str(tmp_path))
+        emu3.MODEL.load(path=str(tmp_path))
     assert "\n" not in str(error.value) and "BAAI/Emu3-Gen-hf" in str(error.value)
 
 
 def test_random_weights_tiny_size_builds_without_files():
-    adapter = emu3.SPEC.load(weights="random", size="tiny", resolution=32)
+    adapter = emu3.MODEL.load(weights="random", size="tiny", resolution=32)
     assert isinstance(adapter, Emu3Adapter) and adapter.vocab_size == 184622
     assert adapter.image_token_ids[0] == 151854 and adapter.layout.n_positions == 23
 

@@ -44,12 +44,12 @@ def nothing_written(tmp_path) -> bool:
 @pytest.fixture
 def no_model_loads(monkeypatch):
     """The checks must come before any model loads: loading fails the test."""
-    import sjdbench.run.runner as runner_module
+    from sjdbench.models.registry import ResolvedModel
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a model was loaded before the input was checked")
 
-    monkeypatch.setattr(runner_module, "build_adapter", forbidden)
+    monkeypatch.setattr(ResolvedModel, "build", forbidden)
 
 
 @pytest.mark.parametrize(
@@ -310,8 +310,8 @@ class PoisonedLogits:
         return logits
 
 
-def poisoned_spec():
-    """The debug model's spec with two more options: where its logits go bad, and to what."""
+def poisoned_model():
+    """The debug model's registry entry with two more options: where its logits go bad, and to what."""
     from sjdbench.models import debug
 
     @dataclasses.dataclass
@@ -322,14 +322,14 @@ def poisoned_spec():
     def build(options, device):
         return PoisonedLogits(debug.build(options, device), options.poison_at, float(options.value))
 
-    return dataclasses.replace(debug.SPEC, options=PoisonedOptions, build=build)
+    return dataclasses.replace(debug.MODEL, options=PoisonedOptions, build=build)
 
 
 @pytest.mark.parametrize("value,temperature", [("nan", "1"), ("inf", "1"), ("nan", "0")])
 def test_nan_or_inf_logits_stop_the_run_naming_prompt_and_position(tmp_path, monkeypatch, value, temperature):
-    import sjdbench.models.registry as registry
+    from sjdbench.models import debug
 
-    monkeypatch.setitem(registry.ENTRIES, "debug", poisoned_spec())
+    monkeypatch.setattr(debug, "MODEL", poisoned_model())
     words = [
         "decoder=sjd",
         "decoder.window=4",

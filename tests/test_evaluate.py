@@ -139,7 +139,7 @@ def test_the_ar_runs_eval_compares_with_are_the_sweep_baselines(toy_results):
     assert ar == ids["ar"] and floor == ids["ar1"]
 
 
-def test_sweep_eval_adds_the_noise_floor_run_and_scores_each_run(toy_results, tmp_path):
+def test_sweep_eval_adds_the_noise_floor_run_and_scores_each_run(toy_results, tmp_path, monkeypatch):
     source, ids = toy_results
     root = tmp_path / "results"
     shutil.copytree(source, root)
@@ -147,12 +147,62 @@ def test_sweep_eval_adds_the_noise_floor_run_and_scores_each_run(toy_results, tm
     dry = cli.invoke(app, [*words, "--dry-run"])
     assert dry.exit_code == 0, dry.output
     assert ids["ar1"] in dry.output and "seed=1" in dry.output  # the seed+1 AR run the floor needs
+    import sjdbench.results.runs as runs_module
+
+    pairings = []
+    real = runs_module.pair_all
+    monkeypatch.setattr(runs_module, "pair_all", lambda *a, **k: pairings.append(1) or real(*a, **k))
     result = cli.invoke(app, words)
     assert result.exit_code == 0, result.output
     assert "quality beside speed" in result.output
+    assert len(pairings) == 1  # the sweep's speedups, computed once, serve both tables
     for key in ("ar", "ar1", "sjd"):
         assert set(scores_of(root / "runs" / ids[key])) == {"toy_clip", "toy_fd", "toy_objects"}
     assert scores_of(root / "runs" / ids["sjd"])["toy_clip"]["noise_floor"] is not None
+
+
+def test_scoring_reads_each_run_once(toy_results, tmp_path, monkeypatch):
+    """A run scored in one call and compared with by another (AR, its seed+1 floor) is read once."""
+    from collections import Counter
+
+    import sjdbench.eval.score as score_module
+
+    source, ids = toy_results
+    root = tmp_path / "results"
+    shutil.copytree(source, root)
+    opened: Counter = Counter()
+    real = score_module.open_run
+    monkeypatch.setattr(score_module, "open_run", lambda folder: opened.update([Path(folder).name]) or real(folder))
+    outcomes = score([root / "runs" / run_id for run_id in ids.values()], compose_eval(["eval.evaluators=[toy_clip]"]))
+    assert {o.status for o in outcomes} == {"scored"}
+    assert opened == dict.fromkeys(ids.values(), 1)
+
+
+def test_the_quality_table_reads_each_score_file_once(toy_results, tmp_path, monkeypatch):
+    from collections import Counter
+
+    import sjdbench.results.files as files_module
+    import sjdbench.results.runs as runs_module
+    import sjdbench.results.scorefile as scorefile_module
+    from sjdbench.cli.scores import quality_table
+
+    source, ids = toy_results
+    root = tmp_path / "results"
+    shutil.copytree(source, root)
+    assert cli.invoke(app, ["eval", str(root), "eval.evaluators=[toy_clip,toy_objects]"]).exit_code == 0
+    reads: Counter = Counter()
+    real = files_module.read_json
+
+    def counting(path, *args, **kwargs):
+        if Path(path).parent.name == "scores":
+            reads[Path(path)] += 1
+        return real(path, *args, **kwargs)
+
+    for module in (files_module, runs_module, scorefile_module):
+        monkeypatch.setattr(module, "read_json", counting)
+    assert quality_table([root / "runs" / run_id for run_id in ids.values()], {}) is not None
+    files = sorted(root.glob("runs/*/scores/*.json"))
+    assert len(files) == 6 and reads == dict.fromkeys(files, 1)
 
 
 def test_eval_selects_runs_by_id_glob_and_filter(toy_results, tmp_path):

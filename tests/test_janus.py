@@ -80,7 +80,7 @@ def janus_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def adapter(janus_dir):
-    return janus.SPEC.load(path=str(janus_dir), size="7B", resolution=384)
+    return janus.MODEL.load(path=str(janus_dir), size="7B", resolution=384)
 
 
 def library_generate(adapter, text: str, **kwargs) -> torch.Tensor:
@@ -165,12 +165,12 @@ def test_checkpoint_missing_a_weight_is_refused(janus_dir, tmp_path):
     weights.pop(next(k for k in weights if "generation_head" in k))
     save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match="missing keys.*generation_head"):
-        janus.SPEC.load(path=str(broken))
+        janus.MODEL.load(path=str(broken))
 
 
 def test_missing_weights_give_one_line(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
-        janus.SPEC.load(path=str(tmp_path))
+        janus.MODEL.load(path=str(tmp_path))
     message = str(error.value)
     assert "\n" not in message and "config.json" in message and "deepseek-community/Janus-Pro-7B" in message
 
@@ -181,20 +181,20 @@ def test_offline_hub_gives_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))  # an empty cache, whatever this machine holds
     with pytest.raises(FileNotFoundError) as error:
-        janus.SPEC.load(size="1B")
+        janus.MODEL.load(size="1B")
     message = str(error.value)
     assert "\n" not in message and "hf download deepseek-community/Janus-Pro-1B" in message and "model.path" in message
 
 
 def test_random_weights_tiny_size_builds_without_files():
-    adapter = janus.SPEC.load(weights="random", size="tiny", resolution=64)
+    adapter = janus.MODEL.load(weights="random", size="tiny", resolution=64)
     assert isinstance(adapter, JanusAdapter) and adapter.layout.grid_hw == (4, 4)
     assert adapter.encode_prompt("x").tokens.shape[0] == 2
 
 
 def test_unknown_size_lists_the_choices():
     with pytest.raises(ValueError, match="choose one of: 1B, 7B"):
-        janus.SPEC.load(size="3B")
+        janus.MODEL.load(size="3B")
 
 
 def test_out_of_range_transformers_is_one_line(monkeypatch):
@@ -203,7 +203,7 @@ def test_out_of_range_transformers_is_one_line(monkeypatch):
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "4.47.1" if name == "transformers" else real(name))
     with pytest.raises(UserError, match=r"tested with transformers>=5.*4\.47\.1 is installed"):
-        janus.SPEC.load(weights="random", size="tiny")
+        janus.MODEL.load(weights="random", size="tiny")
 
 
 def test_tokens_dataclass_is_plain():

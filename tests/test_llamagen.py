@@ -88,7 +88,7 @@ def dirs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def adapter(dirs):
-    return llamagen.SPEC.load(path=str(dirs), t5_path=str(dirs / "t5"), resolution=256)
+    return llamagen.MODEL.load(path=str(dirs), t5_path=str(dirs / "t5"), resolution=256)
 
 
 @pytest.fixture(scope="module")
@@ -243,13 +243,13 @@ def test_caption_cleaning_is_the_released_cleaner():  # tests/test_llamagen_capt
 
 def test_missing_weights_give_one_line(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
-        llamagen.SPEC.load(path=str(tmp_path), t5_path=str(tmp_path), resolution=512)
+        llamagen.MODEL.load(path=str(tmp_path), t5_path=str(tmp_path), resolution=512)
     message = str(error.value)
     assert "\n" not in message and "t2i_XL_stage2_512.pt" in message and "vq_ds16_t2i.pt" in message
 
 
 def test_random_weights_tiny_size_builds_without_files():
-    adapter = llamagen.SPEC.load(weights="random", size="tiny", resolution=64)
+    adapter = llamagen.MODEL.load(weights="random", size="tiny", resolution=64)
     assert isinstance(adapter, LlamaGenAdapter) and adapter.layout.grid_hw == (4, 4)
     assert adapter.encode_prompt("x").extras["conditioning"].shape == (2, CAPTION_TOKENS, 32)
 

@@ -105,7 +105,7 @@ def hf_model(checkpoints):
 @pytest.fixture(scope="module")
 def adapter(checkpoints):
     root, _ = checkpoints
-    return lumina.SPEC.load(path=str(root / "lumina"), vqgan_dir=str(root / "vq"), resolution=RESOLUTION)
+    return lumina.MODEL.load(path=str(root / "lumina"), vqgan_dir=str(root / "vq"), resolution=RESOLUTION)
 
 
 def hf_logits(hf_model, ids: list[int]) -> torch.Tensor:
@@ -152,7 +152,7 @@ def test_unconditional_row_equals_lumina_unbatched_cfg_context(adapter, hf_model
 
 def test_both_checkpoint_layouts_load_strictly_and_agree(checkpoints, adapter):
     root, _ = checkpoints
-    per_head = lumina.SPEC.load(path=str(root / "hf"), vqgan_dir=str(root / "vq"), resolution=RESOLUTION)
+    per_head = lumina.MODEL.load(path=str(root / "hf"), vqgan_dir=str(root / "vq"), resolution=RESOLUTION)
     assert per_head.lm.model.layers[0].self_attn.q_norm.weight.shape == (4, 16)
     assert adapter.lm.model.layers[0].self_attn.q_norm.weight.shape == (1, 16)
     for a in (adapter, per_head):
@@ -242,24 +242,24 @@ def test_missing_vqgan_gives_one_line(checkpoints, tmp_path):
     root, _ = checkpoints
     for vqgan_dir in (None, str(tmp_path)):
         with pytest.raises(FileNotFoundError) as error:
-            lumina.SPEC.load(path=str(root / "lumina"), vqgan_dir=vqgan_dir, resolution=RESOLUTION)
+            lumina.MODEL.load(path=str(root / "lumina"), vqgan_dir=vqgan_dir, resolution=RESOLUTION)
         assert "\n" not in str(error.value) and "vqgan" in str(error.value)
 
 
 def test_missing_weights_give_one_line(tmp_path):
     with pytest.raises(FileNotFoundError) as error:
-        lumina.SPEC.load(path=str(tmp_path), vqgan_dir=str(tmp_path), resolution=768)
+        lumina.MODEL.load(path=str(tmp_path), vqgan_dir=str(tmp_path), resolution=768)
     message = str(error.value)
     assert "\n" not in message and "config.json" in message and "Alpha-VLLM/Lumina-mGPT-7B-768" in message
 
 
 def test_released_resolutions_only_from_the_hub():
     with pytest.raises(ValueError, match="choose one of: 512, 768, 1024"):
-        lumina.SPEC.load(resolution=640)
+        lumina.MODEL.load(resolution=640)
 
 
 def test_random_weights_tiny_size_builds_without_files():
-    adapter = lumina.SPEC.load(weights="random", size="tiny", resolution=64)
+    adapter = lumina.MODEL.load(weights="random", size="tiny", resolution=64)
     assert isinstance(adapter, LuminaAdapter) and adapter.vocab_size == 65536
     assert adapter.layout.forced[:3].tolist() == [8197, 8806, 8806] and adapter.layout.forced[-1] == 8196
     assert len(stand_in_vocabulary()) > 8192

@@ -1,6 +1,7 @@
-"""The model registry: one spec per model found by convention, options checked before loading (one
-line naming the valid choices), YAML defaults that agree with each model's options dataclass, and
-the run config's top-level model keys held to the shared options."""
+"""The model registry: one entry per model, named by its YAML's `_target_`, options checked before
+loading (one line naming the valid choices), YAML defaults that agree with each model's options
+dataclass, the run config's top-level model keys held to the shared options, and a model of one's
+own added by a YAML in SJDBENCH_CONFIG_PATH."""
 
 from __future__ import annotations
 
@@ -10,21 +11,23 @@ import typing
 import pytest
 import yaml
 
+from sjdbench import plugins
 from sjdbench.config import ModelConfig, compose_run
 from sjdbench.errors import UserError
 from sjdbench.models import registry
 from sjdbench.models.options import TOP_LEVEL, CheckpointOptions, ModelOptions
 from sjdbench.paths import conf_dir
 
-NAMES = registry.model_names()  # every model: a new one is checked here without editing this file
+NAMES = plugins.names("model")  # every model: a new one is checked here without editing this file
 REAL = ("emu3", "janus", "llamagen", "lumina")
 
 
-def test_every_yaml_is_a_model_with_a_spec():
+def test_every_yaml_is_a_model_with_an_entry():
     assert set(NAMES) >= {"debug", "toy", *REAL}
     for name in NAMES:
-        spec = registry.entry(name)
-        assert issubclass(spec.options, ModelOptions)
+        raw = yaml.safe_load((conf_dir() / "model" / f"{name}.yaml").read_text())
+        assert raw["_target_"].endswith(".MODEL") and raw["name"] == name
+        assert issubclass(registry.entry(name).options, ModelOptions)
     for name in REAL:
         assert issubclass(registry.entry(name).options, CheckpointOptions)
 
@@ -45,7 +48,7 @@ def test_yaml_defaults_are_the_options_dataclass_defaults(name):
 
 
 def test_top_level_model_keys_are_the_shared_checkpoint_options():
-    top = [f for f in dataclasses.fields(ModelConfig) if f.name not in ("name", "options")]
+    top = [f for f in dataclasses.fields(ModelConfig) if f.name not in ("name", "_target_", "options")]
     assert [f.name for f in top] == list(TOP_LEVEL)
     shared = typing.get_type_hints(CheckpointOptions)
     for f in top:
@@ -65,7 +68,7 @@ def test_options_are_checked_before_loading_with_one_line():
     ]
     for name, options, needle in cases:
         with pytest.raises(UserError) as error:
-            registry.check_options(name, options)
+            registry.resolve_model(name, options)
         assert needle in str(error.value) and "\n" not in str(error.value), (name, str(error.value))
 
 
@@ -76,7 +79,7 @@ def test_unknown_model_lists_the_models():
 
 
 def test_a_local_checkpoint_may_have_any_resolution_of_the_grid():
-    registry.check_options("lumina", {"path": "/somewhere", "resolution": 640})  # no released-size check
+    registry.resolve_model("lumina", {"path": "/somewhere", "resolution": 640})  # no released-size check
 
 
 def test_fp64_reaches_the_toy_through_the_run_config():
@@ -90,7 +93,28 @@ def test_fp64_reaches_the_toy_through_the_run_config():
 def test_fingerprints_of_random_weights_say_so():
     options = {"weights": "random", "size": "tiny", "resolution": 64}
     for name in ("lumina", "llamagen", "janus"):
-        assert registry.weights_fingerprint(name, options) == "random weights (tiny): meaningless tokens"
-    assert registry.weights_fingerprint("debug", {}) is None
-    assert registry.image_token_count("debug", {"n_codes": 12}) == 12
-    assert registry.image_token_count("janus", options) is None
+        assert registry.resolve_model(name, options).fingerprint() == "random weights (tiny): meaningless tokens"
+    assert registry.resolve_model("debug", {}).fingerprint() is None
+    assert registry.resolve_model("debug", {"n_codes": 12}).image_tokens() == 12
+    assert registry.resolve_model("janus", options).image_tokens() is None
+
+
+def test_a_run_parses_its_model_options_once(tmp_path, monkeypatch):
+    """resolve_run checks, fingerprints and verifies the model from one parse of its options, and the
+    runner builds the model from that same parse."""
+    from sjdbench.config.resolve import resolve_run
+    from sjdbench.run.runner import execute_runs
+
+    parses = []
+    parse = ModelOptions.from_dict.__func__  # type: ignore[attr-defined]
+
+    def counting(cls, options):
+        parses.append(cls.__name__)
+        return parse(cls, options)
+
+    monkeypatch.setattr(ModelOptions, "from_dict", classmethod(counting))
+    small = ["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "data.limit=1", "warmup=0"]
+    run = resolve_run(compose_run([*small, f"results_dir={tmp_path}"]))
+    assert parses == ["DebugOptions"]
+    (outcome,) = execute_runs([run])
+    assert outcome.status == "finished" and parses == ["DebugOptions"]

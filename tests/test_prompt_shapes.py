@@ -17,12 +17,12 @@ runner = CliRunner()
 
 @pytest.fixture
 def no_model_loads(monkeypatch):
-    import sjdbench.run.runner as runner_module
+    from sjdbench.models.registry import ResolvedModel
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a model was loaded before the prompt file was checked")
 
-    monkeypatch.setattr(runner_module, "build_adapter", forbidden)
+    monkeypatch.setattr(ResolvedModel, "build", forbidden)
 
 
 READ = {  # file name, bytes -> the prompts read

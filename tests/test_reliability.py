@@ -152,23 +152,23 @@ def test_run_refuses_a_run_written_by_a_newer_sjdbench(tmp_path):
 @pytest.mark.parametrize("timing", ["paired", "single"])
 def test_a_sweep_skips_the_run_another_process_writes_and_runs_the_others(tmp_path, timing):
     spec = resolve_run(compose_run(words(tmp_path, "decoder=sjd")))
-    with spec.store().writer():  # another process holds this run's lock (flock: per open file)
+    with spec.store.writer():  # another process holds this run's lock (flock: per open file)
         result = runner.invoke(app, ["sweep", *words(tmp_path, "decoder=sjd"), "--timing", timing])
         assert run(tmp_path, "decoder=sjd").exit_code == 2  # and a plain run of it is refused, one line
     assert result.exit_code == 0, result.output
     assert f"warning: skipped {spec.run_id}: run {spec.run_id} is being written by another" in result.stderr
     ar = resolve_run(compose_run(words(tmp_path, "decoder=ar")))
-    assert len(read_jsonl(ar.store().samples_path)) == 2  # the AR baseline nobody else was writing
-    assert not spec.store().samples_path.exists()
+    assert len(read_jsonl(ar.store.samples_path)) == 2  # the AR baseline nobody else was writing
+    assert not spec.store.samples_path.exists()
     status = json.loads(next((tmp_path / "sweeps").glob("*/status.json")).read_text())
     assert status[spec.run_id]["status"] == "skipped" and status[ar.run_id]["status"] == "finished"
     finished = runner.invoke(app, ["sweep", *words(tmp_path, "decoder=sjd"), "--timing", timing])  # lock free
-    assert finished.exit_code == 0 and len(read_jsonl(spec.store().samples_path)) == 2
+    assert finished.exit_code == 0 and len(read_jsonl(spec.store.samples_path)) == 2
 
 
 def test_a_plain_run_of_a_locked_run_is_one_line(tmp_path):
     spec = resolve_run(compose_run(words(tmp_path, "decoder=sjd")))
-    with spec.store().writer():
+    with spec.store.writer():
         one_line(run(tmp_path, "decoder=sjd"), f"run {spec.run_id} is being written by another sjdbench process")
 
 
@@ -205,12 +205,12 @@ def test_a_greedy_ar_run_is_labelled_greedy(tmp_path):
 
 @pytest.fixture
 def no_model_loads(monkeypatch):
-    import sjdbench.run.runner as runner_module
+    from sjdbench.models.registry import ResolvedModel
 
     def forbidden(*args, **kwargs):
         raise AssertionError("a model was loaded before the input was checked")
 
-    monkeypatch.setattr(runner_module, "build_adapter", forbidden)
+    monkeypatch.setattr(ResolvedModel, "build", forbidden)
 
 
 @pytest.mark.parametrize(

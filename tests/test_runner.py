@@ -173,9 +173,41 @@ def test_retrained_weights_get_a_new_run_id(tmp_path):
 
 
 def test_env_records_the_weights_fingerprint(tmp_path):
-    from sjdbench.models.registry import weights_fingerprint
+    from sjdbench.models.registry import resolve_model
 
     outcome = execute(compose_run(["model=toy", "data=smoke", "data.limit=1", "warmup=0", f"results_dir={tmp_path}"]))
     env = json.loads((Path(outcome.run_dir) / "env.json").read_text())
-    assert env["weights"] == weights_fingerprint("toy", {}) and len(env["weights"]) == 16
-    assert weights_fingerprint("debug", {}) is None
+    assert env["weights"] == resolve_model("toy", {}).fingerprint() and len(env["weights"]) == 16
+    assert resolve_model("debug", {}).fingerprint() is None
+
+
+def test_a_run_makes_one_store_object_and_reads_its_samples_once(tmp_path, monkeypatch):
+    """Per command, each run has one store object (checks, lock, writes and summary share it) and
+    reads its sample files once before decoding (under its lock); paired runs likewise."""
+    from collections import Counter
+
+    from sjdbench.config.resolve import resolve_run
+    from sjdbench.run.runner import execute_runs
+
+    made: Counter = Counter()
+    reads: Counter = Counter()
+    real_init, real_done = RunStore.__init__, RunStore.done_keys
+
+    def counting_init(self, root, run_id, shard=None):
+        made[run_id] += 1
+        real_init(self, root, run_id, shard)
+
+    def counting_done(self):
+        reads[self.run_id] += 1
+        return real_done(self)
+
+    monkeypatch.setattr(RunStore, "__init__", counting_init)
+    monkeypatch.setattr(RunStore, "done_keys", counting_done)
+    outcome = execute(config(tmp_path, "data.limit=2", "decoder=sjd", "decoder.window=3"))
+    assert outcome.status == "finished"
+    assert made == {outcome.run_id: 1} and reads == {outcome.run_id: 1}
+    made.clear(), reads.clear()
+    runs = [resolve_run(config(tmp_path, "data.limit=3", *words)) for words in (["decoder=ar"], ["decoder=lantern"])]
+    outcomes = execute_runs(runs, timing_mode="paired")
+    assert [o.status for o in outcomes] == ["finished", "finished"]
+    assert made == {r.run_id: 1 for r in runs} and reads == {r.run_id: 1 for r in runs}

@@ -64,13 +64,13 @@ def test_a_run_killed_mid_row_resumes_to_complete_with_exit_0(tmp_path):
 def test_a_second_writer_of_the_same_run_is_refused_in_one_line(tmp_path):
     plan = resolve_run(config(tmp_path))
     execute(config(tmp_path, "data.limit=1"))
-    before = (Path(plan.store().samples_path)).read_bytes()
-    with plan.store().writer():  # another process would hold this lock: flock locks differ per open file
+    before = (Path(plan.store.samples_path)).read_bytes()
+    with plan.store.writer():  # another process would hold this lock: flock locks differ per open file
         result = runner.invoke(app, ["run", *SMALL, f"results_dir={tmp_path}"])
     line = cli_error_line(result)
     assert f"run {plan.run_id} is being written by another sjdbench process (pid {os.getpid()} on" in line
     assert "wait for it to finish" in line
-    assert plan.store().samples_path.read_bytes() == before  # nothing written by the refused run
+    assert plan.store.samples_path.read_bytes() == before  # nothing written by the refused run
     assert (
         runner.invoke(app, ["run", *SMALL, f"results_dir={tmp_path}"]).exit_code == 0
     )  # the lock is gone with its holder

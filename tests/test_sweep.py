@@ -10,8 +10,10 @@ import yaml
 from sjdbench.config import compose_run
 from sjdbench.errors import UserError
 from sjdbench.results.store import RunStore, read_jsonl
+from sjdbench.run.executors import Cluster
+from sjdbench.run.plan import build_plan, parse_words, run_status
 from sjdbench.run.runner import execute
-from sjdbench.run.sweep import build_plan, execute_sweep, latency_comparisons, parse_words, run_status
+from sjdbench.run.sweep import execute_sweep
 
 SMALL = ["model=debug", "model.options.grid_h=3", "model.options.grid_w=3", "warmup=0", "save_images=false"]
 
@@ -62,12 +64,12 @@ def test_invalid_point_rejected_before_anything_runs(tmp_path):
 
 def test_sweep_runs_then_second_invocation_runs_nothing(tmp_path):
     plan = build_plan(words(tmp_path, "decoder=sjd,sjd_vp", "decoder.window=2"))
-    first = execute_sweep(plan)
+    first = execute_sweep(plan).results
     assert sorted(r.status for r in first) == ["finished"] * 3
     doc = yaml.safe_load((plan.directory / "sweep.yaml").read_text())
     assert {r["run_id"] for r in doc["runs"]} == {p.run_id for p in plan.points}
     mtimes = {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/samples.jsonl")}
-    second = execute_sweep(build_plan(words(tmp_path, "decoder=sjd,sjd_vp", "decoder.window=2")))
+    second = execute_sweep(build_plan(words(tmp_path, "decoder=sjd,sjd_vp", "decoder.window=2"))).results
     assert [r.status for r in second] == ["done"] * 3
     assert mtimes == {p: p.stat().st_mtime_ns for p in tmp_path.glob("runs/*/samples.jsonl")}
 
@@ -77,7 +79,7 @@ def test_interrupted_sweep_resumes_losing_and_repeating_nothing(tmp_path):
     # simulate a kill: the first run is half done, the others not started
     execute(plan.points[0].config, limit_new=1)
     assert run_status(plan.points[0]) == "partial"
-    results = execute_sweep(plan)
+    results = execute_sweep(plan).results
     assert all(r.status in ("finished",) for r in results)
     for point in plan.points:
         ids = [r["prompt_id"] for r in RunStore(tmp_path, point.run_id).rows()]
@@ -97,7 +99,7 @@ def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, tim
         return real(self, keys)
 
     monkeypatch.setattr(RunWriter, "decode", flaky)
-    results = execute_sweep(plan, timing=timing)
+    results = execute_sweep(plan, timing=timing).results
     statuses = {r.run_id: r.status for r in results}
     assert sorted(statuses.values()) == ["failed", "finished", "finished"]
     status_file = json.loads((plan.directory / "status.json").read_text())
@@ -108,7 +110,7 @@ def test_submitit_local_executor_runs_two_jobs(tmp_path):
     pytest.importorskip("submitit")
     plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=2"))
     assert len(plan.points) == 2
-    results = execute_sweep(plan, executor="submitit", cluster="local", slurm={"timeout_min": 10})
+    results = execute_sweep(plan, Cluster("submitit", "local", timeout_min=10)).results
     assert sorted(r.status for r in results) == ["finished", "finished"], [r.error for r in results]
     for point in plan.points:
         assert run_status(point) == "done" and RunStore(tmp_path, point.run_id).summary()["n_samples"] == 2
@@ -139,7 +141,7 @@ def test_sweep_over_shards_runs_them_as_jobs_and_merges(tmp_path):
         words(tmp_path, "decoder=sjd", "decoder.window=3", "data.limit=4", "data.shard=0/2,1/2"), add_baselines=False
     )
     assert len(plan.points) == 2 and plan.points[0].run_id == plan.points[1].run_id
-    results = execute_sweep(plan)
+    results = execute_sweep(plan).results
     assert sorted(r.status for r in results) == ["finished", "finished", "merged"]
     summary = RunStore(tmp_path, plan.points[0].run_id).summary()
     assert summary["n_samples"] == 4 and not summary["complete"]  # 4 of smoke's 8 prompts
@@ -148,7 +150,7 @@ def test_sweep_over_shards_runs_them_as_jobs_and_merges(tmp_path):
             words(tmp_path, "decoder=sjd", "decoder.window=3", "data.limit=4", "data.shard=0/2,1/2"),
             add_baselines=False,
         )
-    )
+    ).results
     assert [r.status for r in again if r.status != "merged"] == ["done", "done"]
 
 
@@ -157,7 +159,7 @@ def test_summary_reports_every_row_present_after_a_smaller_limit(tmp_path):
     covers all 4 rows present (of the set's 8), never only the last command's 2."""
     execute(compose_run([*SMALL, f"results_dir={tmp_path}", "data.limit=4", "decoder=sjd", "decoder.window=3"]))
     plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=3"), add_baselines=False)  # data.limit=2
-    results = execute_sweep(plan)
+    results = execute_sweep(plan).results
     assert [r.status for r in results] == ["done"]  # nothing decoded
     summary = RunStore(tmp_path, plan.points[0].run_id).summary()
     assert (summary["n_samples"], summary["n_wanted"], summary["complete"]) == (4, 8, False)
@@ -204,7 +206,7 @@ def test_submitit_without_slurm_refuses_in_one_line(tmp_path, monkeypatch):
 
 
 def test_slurm_that_does_not_answer_or_lacks_the_partition_is_refused(tmp_path, monkeypatch):
-    from sjdbench.run.sweep import check_slurm
+    from sjdbench.run.executors import check_slurm
 
     monkeypatch.setenv("PATH", fake_slurm(tmp_path / "down", sinfo_code=1))
     with pytest.raises(UserError, match=r"Slurm does not answer \(sinfo: slurm_load_partitions: Unable to contact"):
@@ -217,14 +219,13 @@ def test_slurm_that_does_not_answer_or_lacks_the_partition_is_refused(tmp_path, 
 
 def test_partition_and_gpu_count_reach_the_slurm_job(tmp_path, monkeypatch):
     pytest.importorskip("submitit")
-    from sjdbench.run.sweep import submitit_executor
+    from sjdbench.run.executors import submitit_executor
 
     monkeypatch.setenv("PATH", fake_slurm(tmp_path / "bin"))
-    executor = submitit_executor(
-        tmp_path,
-        None,
-        {"partition": "gpu", "gpus_per_task": 2, "timeout_min": 30, "cpus_per_task": 6, "array_parallelism": 4},
+    cluster = Cluster(
+        "submitit", partition="gpu", gpus_per_task=2, timeout_min=30, cpus_per_task=6, array_parallelism=4
     )
+    executor = submitit_executor(tmp_path, cluster, cluster.gpus([]))
     assert executor.cluster == "slurm"
     script = executor._executor._make_submission_file_text(
         "python -m job", "uid"
@@ -241,22 +242,22 @@ def test_partition_and_gpu_count_reach_the_slurm_job(tmp_path, monkeypatch):
 
 def test_submitit_local_jobs_get_the_gpu_count_and_refuse_a_partition(tmp_path):
     pytest.importorskip("submitit")
-    from sjdbench.run.sweep import submitit_executor
+    from sjdbench.run.executors import submitit_executor
 
-    local = submitit_executor(tmp_path, "local", {"gpus_per_task": 2, "timeout_min": 5})
+    local = submitit_executor(tmp_path, Cluster("submitit", "local", gpus_per_task=2, timeout_min=5), 2)
     assert local.cluster == "local" and local._executor.parameters["gpus_per_node"] == 2  # -> CUDA_VISIBLE_DEVICES=0,1
     with pytest.raises(
         UserError, match="--partition is a Slurm setting; with --cluster local the jobs run on this machine"
     ):
-        submitit_executor(tmp_path, "local", {"partition": "gpu"})
+        submitit_executor(tmp_path, Cluster("submitit", "local", partition="gpu"), 0)
     with pytest.raises(UserError, match="unknown --cluster 'pbs'; choose one of: slurm, local, debug"):
-        submitit_executor(tmp_path, "pbs", {})
+        Cluster("submitit", "pbs")
 
 
 def test_submitit_debug_executor_runs_a_paired_job(tmp_path):
     pytest.importorskip("submitit")
     plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=2"))
-    results = execute_sweep(plan, executor="submitit", cluster="debug", slurm={"gpus_per_task": 0}, timing="paired")
+    results = execute_sweep(plan, Cluster("submitit", "debug", gpus_per_task=0), timing="paired").results
     assert sorted(r.status for r in results) == ["finished", "finished"], [r.error for r in results]
     sessions = {RunStore(tmp_path, p.run_id).rows()[0]["timing"]["session"] for p in plan.points}
     assert len(sessions) == 1  # AR and SJD were timed side by side in one job
@@ -269,8 +270,8 @@ def test_ray_executor_runs_the_sweep(tmp_path):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         with pytest.raises(UserError, match="--gpus-per-task 1 but the Ray cluster has 0 GPU"):
-            execute_sweep(plan, executor="ray", slurm={"gpus_per_task": 1})
-        results = execute_sweep(plan, executor="ray", slurm={"gpus_per_task": 0})
+            execute_sweep(plan, Cluster("ray", gpus_per_task=1))
+        results = execute_sweep(plan, Cluster("ray", gpus_per_task=0)).results
     finally:
         ray.shutdown()
     assert sorted(r.status for r in results) == ["finished", "finished"], [r.error for r in results]
@@ -294,13 +295,13 @@ def test_paired_timing_interleaves_ar_and_each_decoder_prompt_by_prompt(tmp_path
     monkeypatch.setattr(RunWriter, "decode", recording)
     plan = build_plan(words(tmp_path, "decoder=sjd,lantern", "decoder.window=3", "sweep.timing=paired"))
     assert plan.timing == "paired"
-    results = execute_sweep(plan, executor="local")
-    assert sorted(r.status for r in results) == ["finished"] * 3
+    outcome = execute_sweep(plan, Cluster("local"))
+    assert sorted(r.status for r in outcome.results) == ["finished"] * 3
     assert order == [(0, "ar"), (0, "sjd"), (0, "lantern"), (1, "ar"), (1, "sjd"), (1, "lantern")]
     rows = {p.config.decoder.name: RunStore(tmp_path, p.run_id).rows() for p in plan.points}
     assert {r["timing"]["mode"] for rs in rows.values() for r in rs} == {"paired"}
     assert len({r["timing"]["session"] for rs in rows.values() for r in rs}) == 1
-    comparisons = latency_comparisons(plan)
+    comparisons = outcome.comparisons
     assert sorted(c["decoder"] for c in comparisons.values()) == ["lantern", "sjd"]
     for entry in comparisons.values():
         assert entry["paired"] and entry["paired_samples"] == entry["samples"] == 2 and entry["speedup"] > 0
@@ -310,8 +311,7 @@ def test_paired_timing_interleaves_ar_and_each_decoder_prompt_by_prompt(tmp_path
 
 def test_unpaired_latencies_are_flagged(tmp_path):
     plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=3"))
-    execute_sweep(plan, timing="single")
-    comparisons = latency_comparisons(plan)
+    comparisons = execute_sweep(plan, timing="single").comparisons
     (entry,) = comparisons.values()
     assert entry["paired"] is False and entry["paired_samples"] == 0 and entry["samples"] == 2
 
@@ -348,3 +348,104 @@ def plan_sha(point) -> str:
     from sjdbench.data.prompts import load_prompt_set
 
     return load_prompt_set(point.config.data).sha
+
+
+# -- the command line: read once, refuse an empty grid, quiet executors --------------------------------
+
+
+def test_a_sweep_computes_its_speedups_once(tmp_path, monkeypatch):
+    """latency.json, the printed table and its marks all come from one pairing of the store's runs."""
+    from typer.testing import CliRunner
+
+    import sjdbench.results.runs as runs_module
+    from sjdbench.cli import app
+
+    calls = []
+    real = runs_module.pair_all
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runs_module, "pair_all", counting)
+    result = CliRunner().invoke(app, ["sweep", *words(tmp_path, "decoder=sjd,lantern", "decoder.window=3")])
+    assert result.exit_code == 0, result.output
+    assert "vs AR" in result.stdout and len(calls) == 1
+
+
+def test_an_empty_grid_is_refused_in_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from sjdbench.cli import app
+
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)  # where ./results would be
+    store = tmp_path / "store"
+    for grid in (["seed=range(0,0)"], ["decoder=sjd", "decoder.window=range(4,2)"]):
+        result = CliRunner().invoke(app, ["sweep", *SMALL, f"results_dir={store}", *grid])
+        assert result.exit_code == 2 and "Traceback" not in result.output
+        assert result.stderr.strip().splitlines() == [
+            f"error: {grid[-1]} gives no value, so the grid is empty and nothing would run; give it at least one"
+        ]
+    assert not (here / "results").exists() and not store.exists()
+    with pytest.raises(UserError, match="results_dir cannot be a sweep axis"):
+        parse_words([f"results_dir={tmp_path / 'a'},{tmp_path / 'b'}"])
+
+
+def test_ray_is_started_without_its_info_lines(monkeypatch):
+    """Ray's own INFO lines ("Started a local Ray instance") would interleave with the sweep's."""
+    import logging
+    import sys
+    import types
+
+    from sjdbench.run.executors import start_ray
+
+    started = {}
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=lambda **kwargs: started.update(kwargs))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    assert start_ray() is fake
+    assert started["logging_level"] == logging.WARNING and started["log_to_driver"] is False
+
+
+@pytest.mark.slow
+def test_a_ray_sweep_prints_no_ray_info_lines(tmp_path):
+    pytest.importorskip("ray")
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "sjdbench", "sweep", *words(tmp_path, "decoder=sjd", "decoder.window=2")]
+    result = subprocess.run(
+        [*command, "--executor", "ray", "--gpus-per-task", "0"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert not [line for line in result.stderr.splitlines() if " INFO " in line], result.stderr
+
+
+def test_what_a_job_gets_is_checked_before_anything_is_planned(tmp_path):
+    from typer.testing import CliRunner
+
+    from sjdbench.cli import app
+
+    cases = [
+        (["--executor", "slurm"], "unknown executor 'slurm'; choose one of: local, submitit, ray"),
+        (["--executor", "ray", "--gpus-per-task", "-1"], "--gpus-per-task must be >= 0, got -1"),
+        (["--executor", "submitit", "--cluster", "pbs"], "unknown --cluster 'pbs'; choose one of: slurm, local, debug"),
+        (["--timeout-min", "0"], "--timeout-min must be >= 1, got 0"),
+    ]
+    for options, message in cases:
+        result = CliRunner().invoke(app, ["sweep", *words(tmp_path, "decoder=sjd"), *options])
+        assert result.exit_code == 2 and result.stderr.strip().splitlines() == [f"error: {message}"], result.output
+    assert not (tmp_path / "sweeps").exists()
+    on_slurm, here = Cluster("submitit"), Cluster("submitit", "local")
+    assert (on_slurm.remote_gpus, here.remote_gpus, Cluster("submitit", gpus_per_task=0).remote_gpus) == (1, None, 0)
+    plan = build_plan(words(tmp_path, "decoder=sjd"))  # device=auto: cpu on this machine
+    assert (on_slurm.gpus(plan.points), here.gpus(plan.points), Cluster("ray", gpus_per_task=2).gpus([])) == (
+        1,
+        0 if plan.points[0].run.device == "cpu" else 1,
+        2,
+    )

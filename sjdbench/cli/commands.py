@@ -48,6 +48,7 @@ def build_app() -> typer.Typer:
     toy_app = typer.Typer(help="The embedded toy model: training and calibration.", no_args_is_help=True)
     toy_app.command("train")(toy.train)
     toy_app.command("train-clip")(toy.train_clip)
+    toy_app.command("train-drafter", context_settings=EXTRA_WORDS)(toy.train_drafter)
     toy_app.command("calibrate")(toy.calibrate)
     app.add_typer(toy_app, name="toy", help="Train the embedded toy model and its toy CLIP.")
     return app

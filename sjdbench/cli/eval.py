@@ -56,6 +56,13 @@ def eval_command(
         None, "--results-dir", help="The store, as results_dir=DIR (default: $SJDBENCH_RESULTS, else results)."
     ),
     show_config: bool = typer.Option(False, "--show-config", help="Print the composed eval config and exit."),
+    equivalence_margin: Optional[List[str]] = typer.Option(
+        None,
+        "--equivalence-margin",
+        metavar="EVALUATOR=M",
+        help="Quality table: equivalence to AR within ±M for lossless decoders, as `sjdbench report` "
+        "(repeatable; default one CLIP point).",
+    ),
 ) -> None:
     """Score finished runs: toy CLIP/FD/objects (model=toy), CLIP-Score, FID, KID; resumable."""
     from omegaconf import OmegaConf
@@ -63,11 +70,13 @@ def eval_command(
     from sjdbench.cli.scores import outcome_table, quality_table, run_speedups
     from sjdbench.eval.evaluators.hashing import env_flag_offline
     from sjdbench.eval.evaluators.settings import compose_eval
+    from sjdbench.eval.metrics.equivalence import parse_margins
     from sjdbench.eval.score import score
 
     env_flag_offline()  # before anything imports huggingface_hub
     words = targets or []
     try:
+        margins = parse_margins(equivalence_margin or [])
         config = compose_eval([w for w in words if is_eval_word(w)])
         if show_config:
             out.print(OmegaConf.to_yaml(OmegaConf.structured(config)), highlight=False, markup=False)
@@ -89,7 +98,7 @@ def eval_command(
     except UserError as error:
         fail(str(error))
     table(outcome_table(outcomes))
-    quality = quality_table(selected, speedups)
+    quality = quality_table(selected, speedups, margins)
     if quality is not None:
         table(quality)
 

@@ -36,8 +36,17 @@ def report(
         "list reference`; or a reference YAML file): both values, ours/published and every setting that differs; "
         "written to reference-NAME.md and .csv.",
     ),
+    equivalence_margin: Optional[List[str]] = typer.Option(
+        None,
+        "--equivalence-margin",
+        metavar="EVALUATOR=M",
+        help="Quality tables: test lossless decoders for equivalence to AR within ±M in the score's units "
+        "(two one-sided tests, α = 0.05); repeatable, e.g. toy_clip=0.5; EVALUATOR=none turns one off. "
+        "Default: one CLIP point (toy_clip=1, clip_score=1 on the 100·max(cos, 0) scale, 0.01 on the raw cosine).",
+    ),
 ) -> None:
     """Tables (md, LaTeX, CSV), figures (PNG, SVG), runs/samples Parquet and report.html from stored runs."""
+    from sjdbench.eval.metrics.equivalence import parse_margins
     from sjdbench.report.build import build_report
     from sjdbench.report.render import to_rich
 
@@ -48,9 +57,16 @@ def report(
     if out_dir is not None and not out_dir.strip():
         fail("--out needs a folder, e.g. --out report/ (leave it out for <results_dir>/report)")
     try:
+        margins = parse_margins(equivalence_margin or [])
         target = Path(out_dir).expanduser() if out_dir is not None else None
         result = build_report(
-            filters or [], target, every_run=every_run, trace=trace_drafts, progress=line, reference=reference
+            filters or [],
+            target,
+            every_run=every_run,
+            trace=trace_drafts,
+            progress=line,
+            reference=reference,
+            margins=margins,
         )
     except UserError as error:
         fail(str(error))

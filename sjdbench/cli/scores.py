@@ -1,6 +1,7 @@
 """The tables `eval` and `sweep --eval` print: each score file with its comparisons, and quality
 beside speed per run (the speedup over AR and its N from sjdbench.results.pairing, as every command
-prints it)."""
+prints it, and for metrics with an equivalence margin whether a lossless decoder is shown
+equivalent to AR within it: sjdbench.eval.metrics.equivalence)."""
 
 from __future__ import annotations
 
@@ -41,13 +42,6 @@ def _fd_vs_floor(doc: dict) -> str:
     if other is None:
         return "-"
     return f"{other:.3g}" + (f" ({floor['value']:.3g})" if floor else "")
-
-
-def summary_of(run: Path) -> dict:
-    """summary.json ({} when missing or damaged)."""
-    from sjdbench.results.files import read_json
-
-    return read_json(run / "summary.json").doc or {}
 
 
 def outcome_table(outcomes) -> Table:
@@ -97,20 +91,11 @@ def outcome_table(outcomes) -> Table:
 def current_scores(run: Path) -> tuple[dict, dict[str, dict]]:
     """(the run's record as the store reads it, evaluator -> its current score document): scores of
     the samples the run holds now (results.runs.is_current), the latest written when several
-    protocols are current; superseded files are never shown."""
-    import pandas as pd
-
-    from sjdbench.results.runs import check_rows, read_run, read_scores
-    from sjdbench.results.scorefile import read_score_file
+    protocols are current; superseded files are never shown. Each file is read once."""
+    from sjdbench.results.runs import check_rows, current_score_docs, read_run
 
     record = check_rows(read_run(run))
-    current = read_scores(pd.DataFrame([record])).current
-    docs: dict[str, dict] = {}
-    for row in sorted(current.to_dict("records"), key=lambda r: Path(r["file"]).stat().st_mtime):
-        doc = read_score_file(Path(row["file"]))
-        if doc:
-            docs[row["evaluator"]] = doc
-    return record, docs
+    return record, current_score_docs(record)
 
 
 def _clip_delta(doc: dict) -> str:
@@ -146,26 +131,57 @@ TOY_CAPTION = (
     "colour, Δ vs AR"
 )
 SPEED_CAPTION = "vs AR: latency speedup over the AR baseline [95 % bootstrap CI] over N paired prompts"
+EQUIVALENCE_CAPTION = (
+    "equiv. ±m: shown equivalent to AR within ±m by two one-sided tests (α = 0.05: the 90 % paired-t interval "
+    "of the per-prompt difference inside the margin), else not shown; asked of lossless decoders only"
+)
+
+
+def _equivalence_cell(record: dict, doc: dict | None, baseline: tuple[dict, dict[str, dict]], margin: float) -> str:
+    """TOST of this run's per-sample values against its AR baseline's (the baseline's record and
+    current score documents), paired when both scores share a protocol."""
+    from sjdbench.eval.metrics.equivalence import claimed, equivalence
+
+    ar_record, ar_docs = baseline
+    is_ar, lossless, greedy = (bool(record.get(key)) for key in ("is_ar", "lossless", "greedy"))
+    if doc is None or not claimed(is_ar, lossless, greedy, bool(ar_record.get("greedy"))):
+        return "-"
+    theirs = ar_docs.get(doc["evaluator"]) or {}
+    same = theirs.get("protocol_hash") == doc.get("protocol_hash")
+    shown = equivalence(doc.get("per_sample"), theirs.get("per_sample") if same else None, margin).equivalent
+    return "equivalent" if shown else "not shown"
 
 
 def _columns(name: str) -> tuple[str, Cell, str, Cell]:
     return COLUMNS.get(name) or (name, lambda d: _g(d.get("value")), f"Δ {name} [CI]", _delta)
 
 
-def quality_table(runs: list[Path], speedups: dict[str, Speedup]) -> Table | None:
-    """decoder | step x | vs AR [CI] | N | each evaluator's value and its comparison, for the runs
-    that have scores; None when none has."""
-    rows: list[tuple[dict, dict[str, Any]]] = []
+def quality_table(
+    runs: list[Path], speedups: dict[str, Speedup], margins: dict[str, float | None] | None = None
+) -> Table | None:
+    """decoder | step x | vs AR [CI] | N | each evaluator's value and its comparison (and, for a
+    metric with an equivalence margin, the equivalence to AR), for the runs that have scores; None
+    when none has."""
+    from sjdbench.eval.metrics.equivalence import margin_for, margin_text
+
+    rows: list[tuple[dict, dict, dict[str, Any], Path]] = []
     for run in runs:
         record, scores = current_scores(run)
-        if scores:
-            rows.append((summary_of(run) | {"run_id": run.name, "n_samples": record.get("n_rows")}, scores))
+        if scores:  # the record holds summary.json's fields, its statistics recomputed from the rows
+            rows.append((record | {"n_samples": record.get("n_rows")}, record, scores, run))
     if not rows:
         return None
-    present = {name for _, scores in rows for name in scores}
+    present = {name for _, _, scores, _ in rows for name in scores}
     evaluators = [n for n in ORDER if n in present] + sorted(present - set(ORDER))
+    margin_of: dict[str, float] = {}
+    for name in evaluators:
+        metric = next(str(scores[name].get("metric", "")) for _, _, scores, _ in rows if name in scores)
+        margin = margin_for(name, metric, margins)
+        if margin is not None:
+            margin_of[name] = margin
     toy = any(n in COLUMNS for n in evaluators)
-    sizes = sorted({str(summary.get("n_samples")) for summary, _ in rows})
+    sizes = sorted({str(summary.get("n_samples")) for summary, _, _, _ in rows})
+    caption = (TOY_CAPTION + "; " if toy else "") + SPEED_CAPTION + ("; " + EQUIVALENCE_CAPTION if margin_of else "")
     table = Table(
         title=f"quality beside speed (N = {', '.join(sizes)} per run)",
         title_justify="left",
@@ -173,26 +189,44 @@ def quality_table(runs: list[Path], speedups: dict[str, Speedup]) -> Table | Non
         pad_edge=False,
         padding=(0, 1),
         collapse_padding=True,
-        caption=Text((TOY_CAPTION + "; " if toy else "") + SPEED_CAPTION),
+        caption=Text(caption),
         caption_justify="left",
     )
     headers = ["decoder", "step x", "vs AR [95% CI]", "N"]
     for name in evaluators:
         value_header, _, compare_header, _ = _columns(name)
         headers += [value_header, compare_header]
+        if name in margin_of:
+            headers.append(f"equiv. ±{margin_text(margin_of[name])}")
     for header in headers:
         table.add_column(header, justify="left" if header == "decoder" else "right", no_wrap=True)
 
     def order(row):
         return (row[0].get("decoder_family") != "ar", row[0].get("seed", 0), str(row[0].get("decoder")))
 
-    for summary, scores in sorted(rows, key=order):
+    # the AR baselines' records and scores: those of the table's own rows are read already
+    baselines: dict[Path, tuple[dict, dict[str, dict]]] = {run: (record, scores) for _, record, scores, run in rows}
+
+    def baseline_of(run: Path, doc: dict) -> tuple[dict, dict[str, dict]]:
+        """The AR baseline's record and current scores, read once per table."""
+        ar_id = (doc.get("paired_vs_ar") or {}).get("ar_run_id")
+        folder = run.parent / ar_id if isinstance(ar_id, str) else None
+        if folder is None or not folder.is_dir():
+            return {}, {}
+        if folder not in baselines:
+            baselines[folder] = current_scores(folder)
+        return baselines[folder]
+
+    for summary, record, scores, run in sorted(rows, key=order):
         name = str(summary.get("decoder")) + (f" s{summary['seed']}" if summary.get("seed") else "")
         cells = [name, f"{summary.get('step_compression', 0):.2f}", *speedup_cells(speedups.get(summary["run_id"]))]
         for evaluator in evaluators:
             _, value, _, compare = _columns(evaluator)
             doc = scores.get(evaluator)
             cells += [value(doc), compare(doc)] if doc else ["-", "-"]
+            if evaluator in margin_of:
+                baseline = baseline_of(run, doc) if doc else ({}, {})
+                cells.append(_equivalence_cell(record, doc, baseline, margin_of[evaluator]))
         table.add_row(*map(Text, cells))
     return table
 

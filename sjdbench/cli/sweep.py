@@ -4,7 +4,7 @@ With --eval, each run is scored as it finishes (`SweepScorer`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.table import Table
@@ -13,6 +13,11 @@ from sjdbench.cli.console import err, fail, interrupted, interrupted_sweep, line
 from sjdbench.cli.progress import CliReporter, progress_bar
 from sjdbench.cli.tables import latency_warnings, summary_table
 from sjdbench.errors import Interrupted, UserError
+
+if TYPE_CHECKING:  # the command line imports nothing heavy until a command runs
+    from sjdbench.results.pairing import Speedup
+    from sjdbench.run.plan import SweepPlan
+    from sjdbench.run.sweep import SweepOutcome
 
 
 def sweep(
@@ -33,7 +38,7 @@ def sweep(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the grid and which runs exist; run nothing."),
     no_baseline: bool = typer.Option(False, "--no-baseline", help="Do not add the AR baseline runs."),
-    cluster: Optional[str] = typer.Option(
+    cluster_name: Optional[str] = typer.Option(
         None,
         "--cluster",
         help="submitit cluster: slurm (the default; refused when no "
@@ -57,44 +62,27 @@ def sweep(
     from sjdbench.cli.eval import is_eval_word
     from sjdbench.cli.migrate import note_legacy_runs
     from sjdbench.results.pairing import as_speedup
-    from sjdbench.results.runs import speedups as store_speedups
-    from sjdbench.results.store import RunStore
-    from sjdbench.run.sweep import build_plan, execute_sweep, latency_comparisons, run_status
+    from sjdbench.run.executors import Cluster
+    from sjdbench.run.plan import build_plan
+    from sjdbench.run.sweep import execute_sweep
 
     try:
-        on_slurm = executor == "submitit" and (cluster or "slurm") == "slurm"
-        remote_gpus = (1 if gpus_per_task is None else gpus_per_task) if on_slurm else None
+        cluster = Cluster(
+            executor, cluster_name, partition, gpus_per_task, cpus_per_task, timeout_min, array_parallelism
+        )
         eval_words = [w for w in overrides or [] if is_eval_word(w)]
         plan = build_plan(
-            [w for w in overrides or [] if not is_eval_word(w)], add_baselines=not no_baseline, remote_gpus=remote_gpus
+            [w for w in overrides or [] if not is_eval_word(w)],
+            add_baselines=not no_baseline,
+            remote_gpus=cluster.remote_gpus,
         )
         scorer = SweepScorer(plan, eval_words) if evaluate or eval_words else None
         plan = scorer.plan if scorer else plan
-        root = plan.points[0].spec.root if plan.points else plan.directory.parent.parent
-        note_legacy_runs(root)
+        note_legacy_runs(plan.root)
         if dry_run:
-            table = Table(title=f"sweep {plan.sweep_id}: {len(plan.points)} runs", title_justify="left")
-            for header in ("run", "status", "decoder", "overrides"):
-                table.add_column(header)
-            for point in plan.points:
-                typed = point.label + ("  [AR baseline]" if point.baseline else "")
-                table.add_row(point.run_id, run_status(point), point.decoder_label, typed)
-            out.print(table)
+            out.print(plan_table(plan))
             return
-        if gpus_per_task is None:
-            cuda = any(
-                p.config.device.startswith("cuda") or (p.config.device == "auto" and _cuda_visible())
-                for p in plan.points
-            )
-            gpus_per_task = 1 if on_slurm or cuda else 0
-        slurm = {
-            "partition": partition,
-            "gpus_per_task": gpus_per_task,
-            "timeout_min": timeout_min,
-            "array_parallelism": array_parallelism,
-            "cpus_per_task": cpus_per_task,
-        }
-        for text in dict.fromkeys(t for p in plan.points for t in p.spec.notes):
+        for text in dict.fromkeys(t for p in plan.points for t in p.run.notes):
             note(text)
         with progress_bar(transient=False) as bar:
             task = bar.add_task("sweep", total=len(plan.points))
@@ -111,15 +99,12 @@ def sweep(
                     scorer.on_result(result)
 
             try:
-                results = execute_sweep(
-                    plan, executor, tick=tick, cluster=cluster, slurm=slurm, timing=timing, reporter=reporter
-                )
+                outcome = execute_sweep(plan, cluster, tick=tick, timing=timing, reporter=reporter)
             finally:
                 reporter.close()
+        speedups = {run_id: as_speedup(row) for run_id, row in outcome.pairings.items()}
         if scorer:
-            scorer.finish()
-        comparisons = latency_comparisons(plan)
-        pairings = store_speedups(root, [p.run_id for p in plan.points])
+            scorer.finish(speedups)
     except UserError as error:
         fail(str(error))
     except Interrupted as error:
@@ -128,9 +113,28 @@ def sweep(
         interrupted_sweep()
     except OSError as error:
         os_failure(error)
-    summaries = [s for s in (RunStore(root, p.run_id).summary() for p in plan.points) if s]
+    print_outcome(plan, outcome, speedups)
+
+
+def plan_table(plan: SweepPlan) -> Table:
+    """--dry-run: every run of the plan, whether it is stored, its decoder and its overrides."""
+    from sjdbench.run.plan import run_status
+
+    table = Table(title=f"sweep {plan.sweep_id}: {len(plan.points)} runs", title_justify="left")
+    for header in ("run", "status", "decoder", "overrides"):
+        table.add_column(header)
+    for point in plan.points:
+        typed = point.label + ("  [AR baseline]" if point.baseline else "")
+        table.add_row(point.run_id, run_status(point), point.decoder_label, typed)
+    return table
+
+
+def print_outcome(plan: SweepPlan, outcome: SweepOutcome, speedups: dict[str, Speedup]) -> None:
+    """The counts line, the runs' table with their speedups, and a line per warning and failure
+    (exit code 1 when a run failed)."""
+    results, comparisons = outcome.results, outcome.comparisons
+    summaries = [s for s in (p.run.store.summary() for p in plan.points) if s]
     say(f"sweep {plan.sweep_id}: {sweep_counts(plan, results, summaries)} -> {plan.directory}")
-    speedups = {run_id: as_speedup(row) for run_id, row in pairings.items()}
     marks = {
         run_id: ("" if entry["paired"] else "~") + ("!" if entry["busy_samples"] else "")
         for run_id, entry in comparisons.items()
@@ -154,7 +158,7 @@ def sweep(
         raise typer.Exit(1)
 
 
-def sweep_counts(plan, results: list, summaries: list[dict]) -> str:
+def sweep_counts(plan: SweepPlan, results: list, summaries: list[dict]) -> str:
     """One true line: how many runs the sweep has, what this command did to them, and how much of
     their prompt set they hold ("complete" only for runs that hold all of it)."""
     final: dict[str, str] = {}
@@ -182,12 +186,6 @@ def sweep_counts(plan, results: list, summaries: list[dict]) -> str:
     return f"{n} run{'s' if n != 1 else ''} ({did}); {', '.join(parts)}"
 
 
-def _cuda_visible() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 class SweepScorer:
     """Scores each run of a sweep as it finishes, then fills in the comparisons (AR, noise floor)
     once every run is done. Adds the AR run at seed + eval.floor_seed_offset that the floor needs."""
@@ -195,7 +193,7 @@ class SweepScorer:
     def __init__(self, sweep, eval_words: list[str]) -> None:
         from sjdbench.eval.evaluators.hashing import env_flag_offline
         from sjdbench.eval.evaluators.settings import compose_eval
-        from sjdbench.run.sweep import with_noise_floor_runs
+        from sjdbench.run.plan import with_noise_floor_runs
 
         env_flag_offline()
         self.config = compose_eval(eval_words)
@@ -203,13 +201,10 @@ class SweepScorer:
         self.floor_runs = {p.run_id for p in self.plan.points} - {p.run_id for p in sweep.points}
         self.outcomes: list = []
 
-    def _root(self) -> Path:
-        return self.plan.directory.parent.parent
-
     def on_result(self, result) -> None:
         if result.status in ("failed", "partial", "skipped"):
             return
-        self._score([self._root() / "runs" / result.run_id])
+        self._score([self.plan.root / "runs" / result.run_id])
 
     def _score(self, run_dirs: list[Path]) -> list:
         from sjdbench.cli.eval import report_outcome
@@ -227,17 +222,18 @@ class SweepScorer:
         self.outcomes += outcomes
         return outcomes
 
-    def finish(self) -> None:
-        from sjdbench.cli.scores import outcome_table, quality_table, run_speedups, summary_of
+    def finish(self, speedups: dict[str, Speedup]) -> None:
+        """Score the runs that hold their final samples and print quality beside `speedups` (the
+        sweep's, computed once)."""
+        from sjdbench.cli.scores import outcome_table, quality_table
         from sjdbench.results.store import holds_final_samples
 
-        runs = [self._root() / "runs" / p.run_id for p in self.plan.points]
-        done = [r for r in runs if holds_final_samples(summary_of(r))]
+        done = [p.run.store.dir for p in self.plan.points if holds_final_samples(p.run.store.summary())]
         outcomes = self._score(done)
         for outcome in outcomes:  # the added seed+1 AR runs have no floor of their own: expected
             if outcome.doc and outcome.doc.get("pending") and outcome.run_id not in self.floor_runs:
                 note(f"{outcome.run_id} {outcome.evaluator}: still waiting for {'; '.join(outcome.doc['pending'])}")
-        table = quality_table(done, run_speedups(done))
+        table = quality_table(done, speedups)
         if table is not None:
             out.print(table)
         elif outcomes:

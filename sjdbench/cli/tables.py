@@ -91,5 +91,5 @@ def latency_warnings(summaries: list[dict]) -> list[str]:
     return [
         f"warning: {busy} of {total} samples ({names}) were timed while the machine was busy (load average up to "
         f"{load}, above the cores available); those latencies are not to be trusted: re-time on a quiet machine "
-        "(see README, Reproducibility and performance)"
+        "(see docs/PERFORMANCE.md)"
     ]

@@ -1,5 +1,6 @@
-"""`sjdbench toy train | train-clip | calibrate`: train the embedded toy model and its toy CLIP, and
-measure the toy's regime (registered as the `toy` group in sjdbench.cli.commands)."""
+"""`sjdbench toy train | train-clip | calibrate | train-drafter`: train the embedded toy model, its toy
+CLIP and a drafter (for any model with hidden states), and measure the toy's regime (registered as
+the `toy` group in sjdbench.cli.commands)."""
 
 from __future__ import annotations
 
@@ -168,3 +169,56 @@ def calibrate(
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
+
+
+def train_drafter(
+    overrides: Optional[list[str]] = typer.Argument(
+        None,
+        help="the target: model=NAME and its model.* overrides (default model=toy), as `sjdbench run` takes them",
+        show_default=False,
+        metavar="KEY=VALUE...",
+    ),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="output dir (default: ./<model>_drafter; the shipped toy drafter only with --overwrite)"
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="allow --out to be the package's toy weights dir (replaces the shipped drafter)"
+    ),
+    steps: Optional[int] = typer.Option(None, "--steps", help="optimizer steps (default: the shipped drafter's)"),
+    minutes: Optional[float] = typer.Option(
+        None, "--minutes", help="training time budget instead of --steps (steps fixed after timing the first ones)"
+    ),
+    samples: Optional[int] = typer.Option(None, "--samples", help="self-distilled training samples"),
+    prompts_file: Optional[Path] = typer.Option(
+        None, "--prompts", help="captions to sample, one per line (default: toy-world captions)"
+    ),
+    seed: int = typer.Option(0, "--seed"),
+    threads: int = typer.Option(2, "--threads"),
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from the data and checkpoint if present"),
+    device: str = typer.Option("auto", "--device", help="auto (cuda when visible), cpu, cuda"),
+) -> None:
+    """Train an EAGLE-style drafter on the model's own samples (self-distilled data, then training):
+    the toy's in about 20 minutes on 2 CPU cores. Any model that returns its hidden states works
+    (model=debug, model=anole ...; a real model wants a GPU). Never replaces the shipped weights
+    unless --out points at them with --overwrite."""
+    from sjdbench.run.drafter_training import train_for_model
+
+    if steps is not None and minutes is not None:
+        fail("give either --steps or --minutes, not both")
+    try:
+        train_for_model(
+            overrides or [],
+            out=out,
+            overwrite=overwrite,
+            steps=steps,
+            minutes=minutes,
+            samples=samples,
+            prompts_file=prompts_file,
+            seed=seed,
+            threads=threads,
+            resume=resume,
+            device=device,
+            log=typer.echo,
+        )
+    except (ValueError, FileNotFoundError, OSError, UserError) as exc:
+        fail(str(exc))

@@ -18,14 +18,12 @@ differs from that preset, e.g. `sjd_vp(N=2,λ=.25)`, `sjd_vp(fusion=none)`, `sjd
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import asdict
 
 from sjdbench.config.schema import RunConfig, compose_run, decoder_spec, group_choices
 from sjdbench.decoding.build import ResolvedDecoder
 from sjdbench.decoding.parts import KINDS
-from sjdbench.decoding.registry import resolve_part
 from sjdbench.runkey import SampleFacts, hashed_run_id
 
 
@@ -62,19 +60,15 @@ def run_id_for(
 
 
 @functools.cache
-def ar_decoder(greedy: bool = False) -> ResolvedDecoder:
-    """The AR decoder (W = 1) a baseline is run with: the `ar` preset, with argmax for greedy AR."""
-    spec = preset_decoder("ar")
-    if greedy != spec.greedy:
-        name = "greedy" if greedy else "exact"
-        spec = dataclasses.replace(spec, verifier=resolve_part("verifier", name, "decoder.verifier"))
-    return spec
-
-
-@functools.cache
 def preset_decoder(name: str) -> ResolvedDecoder:
     """The decoder a preset builds with no other override."""
     return decoder_spec(compose_run([f"decoder={name}"]))
+
+
+def decoder_presets() -> list[str]:
+    """Every decoder preset but AR's (the `decoder` config group): the decoders benchmarks and
+    studies compare with AR; a preset added to the group joins them."""
+    return [name for name in group_choices("decoder") if not preset_decoder(name).is_ar]
 
 
 def _part_names(spec: ResolvedDecoder) -> tuple:

@@ -1,5 +1,5 @@
 """Values that are legal but almost certainly a mistake: refused with the valid range, or clamped with a
-`note:` line, one decision per case (README, "Bad input"):
+`note:` line, one decision per case (docs/RESULTS.md, "Legal but almost certainly wrong"):
 
 - refused before any model loads (`schema.check_knobs`, part of `schema.check_config`, with the
   other knob checks): a knob that is a probability set outside [0, 1] (GSD's p_thr);
@@ -104,6 +104,6 @@ def spec_notes(config: RunConfig, spec: ResolvedDecoder, set_size: int, selected
     if config.threads is not None and config.threads > cpus:
         notes.append(
             f"threads={config.threads} exceeds the {cpus} CPUs this process may use: the run uses {cpus} (threads "
-            "that wait for each other slow every matmul; see README, Reproducibility and performance)"
+            "that wait for each other slow every matmul; see docs/PERFORMANCE.md, Threads)"
         )
     return notes

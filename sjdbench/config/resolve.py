@@ -3,7 +3,7 @@ in one pass before anything loads, and everything a run derives from its config 
 
     config = compose_run(["decoder=sjd_vp", "data=toy"])   # the YAML tree, typed and range-checked
     spec = resolve_run(config)                              # prompts, device, weights, store: checked
-    spec.decoder, spec.run_id, spec.label, spec.prompts, spec.store()
+    spec.decoder, spec.run_id, spec.label, spec.prompts, spec.model, spec.store
 
 The pass, in order: the config's own ranges and the decoder's parts (`check_config`, which resolves
 the decoder the spec then carries), the prompt set, the device, the model's options and weight
@@ -14,6 +14,7 @@ the store's schema (the store's checks). A typo costs a second, not a model load
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 
 from sjdbench.config.identity import facts_of, family, label, run_id
@@ -22,6 +23,7 @@ from sjdbench.config.schema import RunConfig, check_config, check_sampling, mode
 from sjdbench.data.prompts import Prompt, load_prompt_set
 from sjdbench.decoding.build import ResolvedDecoder
 from sjdbench.errors import UserError
+from sjdbench.models.registry import ResolvedModel, remote_device, resolve_device, resolve_model
 from sjdbench.results.root import results_root
 from sjdbench.results.store import RunStore, check_results_root
 from sjdbench.runkey import SampleFacts
@@ -40,6 +42,7 @@ class ResolvedRun:
     set_size: int  # prompts in the whole set
     prompts_sha: str  # of the whole set
     device: str  # resolved: cpu, cuda, cuda:1, mps (as the jobs will see it for remote runs)
+    model: ResolvedModel  # its options parsed and checked once; the runner builds it
     weights: str | None  # fingerprint of the weight files (None: a model without files)
     root: Path  # the results store
     notes: tuple[str, ...] = ()  # settings that are legal but clamped or inert (config.ranges.spec_notes)
@@ -62,24 +65,24 @@ class ResolvedRun:
         """Samples in the whole prompt set: the run is complete when all are stored."""
         return self.set_size * self.config.samples_per_prompt
 
+    @cached_property
     def store(self) -> RunStore:
+        """The run's one store object, shared by every step of a command (checks, lock, writes)."""
         return RunStore(self.root, self.run_id, self.config.data.shard)
 
 
-def check_model(config: RunConfig) -> str | None:
+def check_model(config: RunConfig) -> tuple[ResolvedModel, str | None]:
     """The model's checks before it loads (the registry's): its options, its weight files (missing,
     truncated, corrupt, of the wrong shapes), and sampling against its image tokens. Returns the
-    weights' fingerprint. `sjdbench run` and `sjdbench.load_model` both check a model here."""
-    from sjdbench.models.registry import check_options, image_token_count, verify_weights, weights_fingerprint
-
-    options = dict(config.model.options)
-    check_options(config.model.name, options)
-    weights = weights_fingerprint(config.model.name, options)
-    verify_weights(config.model.name, options)
-    image_tokens = image_token_count(config.model.name, options)
+    resolved model and its weights' fingerprint. `sjdbench run` and `sjdbench.load_model` both
+    check a model here."""
+    model = resolve_model(config.model.name, dict(config.model.options), config.model._target_)
+    weights = model.fingerprint()
+    model.verify()
+    image_tokens = model.image_tokens()
     check_sampling(asdict(config.sampling), "sampling.", image_tokens)
     check_sampling(model_sampling_options(config), "model.options.", image_tokens)
-    return weights
+    return model, weights
 
 
 def resolve_run(config: RunConfig, remote_gpus: int | None = None) -> ResolvedRun:
@@ -87,8 +90,6 @@ def resolve_run(config: RunConfig, remote_gpus: int | None = None) -> ResolvedRu
 
     remote_gpus: the run will execute on another machine (a Slurm job) with that many GPUs, so the
     device is resolved as it will be there, not on this machine."""
-    from sjdbench.models.registry import remote_device, resolve_device
-
     decoder = check_config(config)
     prompt_set = load_prompt_set(config.data)
     if not prompt_set.selected:
@@ -97,7 +98,7 @@ def resolve_run(config: RunConfig, remote_gpus: int | None = None) -> ResolvedRu
             f"{min(config.data.limit or prompt_set.size, prompt_set.size)} prompts; use a shard count n of at most that"
         )
     device = resolve_device(config.device) if remote_gpus is None else remote_device(config.device, remote_gpus)
-    weights = check_model(config)
+    model, weights = check_model(config)
     root = results_root(config.results_dir)
     check_results_root(root)
     facts = facts_of(config, prompt_set.sha, device.split(":")[0], weights)
@@ -111,9 +112,10 @@ def resolve_run(config: RunConfig, remote_gpus: int | None = None) -> ResolvedRu
         prompt_set.size,
         prompt_set.sha,
         device,
+        model,
         weights,
         root,
         tuple(spec_notes(config, decoder, prompt_set.size, len(prompt_set.selected))),
     )
-    spec.store().check_schema()
+    spec.store.check_schema()
     return spec

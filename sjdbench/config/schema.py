@@ -53,6 +53,8 @@ class ModelConfig:
     same name. Their list is `models.options.TOP_LEVEL` (a test holds these fields to it)."""
 
     name: str = "debug"
+    # the model's registry entry, from its YAML (sjdbench.models.registry); null: the YAML's
+    _target_: Optional[str] = None
     options: Dict[str, Any] = field(default_factory=dict)
     path: Optional[str] = None  # local weights directory (null: the hub id's cached snapshot)
     weights: Optional[str] = None  # pretrained | random (the architecture with random weights, no download)
@@ -113,7 +115,7 @@ class RunConfig:
     sampling: SamplingOverrides = field(default_factory=SamplingOverrides)
     seed: int = 0
     samples_per_prompt: int = 1
-    batch_size: int = 1  # samples decoded in lockstep, one forward for all (throughput; see README)
+    batch_size: int = 1  # samples decoded in lockstep, one forward for all (throughput; docs/LOOP.md)
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     results_dir: Optional[str] = None  # the store; null: $SJDBENCH_RESULTS, else ./results (results/root.py)
     save_images: bool = True

@@ -29,7 +29,6 @@ PARTI = RemoteFile(
     source="google-research/parti (Apache-2.0)",
 )
 COLUMNS = ("Prompt", "Category", "Challenge", "Note")
-N_PROMPTS = 1632
 
 
 def parse(path: Path) -> list[tuple[str, dict[str, Any]]]:

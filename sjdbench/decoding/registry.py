@@ -5,54 +5,30 @@ A part is one file holding its config dataclass (its knobs: name, type, default 
 written once) and the class built from it. It is registered by one YAML,
 `conf/decoder/<kind>/<name>.yaml`, whose `_target_` names that class and whose keys are the knob
 defaults users see (tests/test_config.py checks that they agree with the dataclass): the config group
-is the registry, and a new part needs no edit anywhere else. Extra config directories (for parts of
-your own) come from `SJDBENCH_CONFIG_PATH`.
+is the registry (the convention models and evaluators share: sjdbench.plugins), and a new part needs
+no edit anywhere else. Extra config directories (for parts of your own) come from `SJDBENCH_CONFIG_PATH`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-import yaml
-
+from sjdbench import plugins
 from sjdbench.decoding.parts import KINDS, Part, PartConfig
 from sjdbench.errors import UserError, type_error_text
 
 __all__ = ["KINDS", "ResolvedPart", "default_part", "part_choices", "part_yaml", "resolve_part"]
 
 
-def config_dirs() -> list[Path]:
-    """The built-in config tree, then the directories in SJDBENCH_CONFIG_PATH (os.pathsep-separated)."""
-    from sjdbench.paths import config_dirs as dirs
-
-    return dirs()
-
-
 def part_yaml(kind: str, name: str) -> Path | None:
-    for root in reversed(config_dirs()):  # user directories win
-        path = root / "decoder" / kind / f"{name}.yaml"
-        if path.exists():
-            return path
-    return None
+    return plugins.yaml_path(f"decoder/{kind}", name)
 
 
 def part_choices(kind: str) -> list[str]:
-    names = set()
-    for root in config_dirs():
-        names |= {p.stem for p in (root / "decoder" / kind).glob("*.yaml")}
-    return sorted(names)
-
-
-def _locate(target: str, where: str) -> type:
-    module_name, _, attr = target.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise UserError(f"{where}: cannot import _target_ '{target}' ({error})") from None
+    return plugins.names(f"decoder/{kind}")
 
 
 def _fmt(value: Any) -> str:
@@ -77,7 +53,7 @@ class ResolvedPart:
     @property
     def cls(self) -> type[Part]:
         """The class `_target_` names (resolve_part checked that it has a `Config`; it builds the part)."""
-        return cast(type[Part], _locate(self.target, f"decoder.{self.kind}"))
+        return cast(type[Part], plugins.locate(self.target, f"decoder.{self.kind}"))
 
     def knobs(self) -> dict[str, Any]:
         """Knobs the part reads under its current settings (unused ones and subparts left out)."""
@@ -138,13 +114,13 @@ def resolve_part(kind: str, raw: Any, where: str) -> ResolvedPart:
     path = part_yaml(kind, str(name))
     if path is None and "_target_" not in raw:
         raise UserError(f"unknown {where} '{name}'; choose one of: {', '.join(choices)}")
-    defaults = yaml.safe_load(path.read_text()) if path is not None else {}
-    merged = {**(defaults or {}), **raw}
+    defaults = plugins.read_yaml(path) if path is not None else {}
+    merged = {**defaults, **raw}
     target = merged.pop("_target_", None)
     merged.pop("name", None)
     if not target:
         raise UserError(f"{where} '{name}': its YAML ({path}) has no _target_ naming the part's class")
-    cls = _locate(target, f"{where} '{name}'")
+    cls = plugins.locate(target, f"{where} '{name}'")
     config_cls = getattr(cls, "Config", None)
     if not isinstance(config_cls, type) or not issubclass(config_cls, PartConfig):
         raise UserError(f"{where} '{name}': {target} has no Config (a PartConfig dataclass)")

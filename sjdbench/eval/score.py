@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sjdbench.errors import UserError
-from sjdbench.eval.evaluators import COCO, EVALUATORS, TOY, evaluator_class
+from sjdbench.eval.evaluators import COCO, TOY, check_evaluator, evaluator_class
 from sjdbench.eval.evaluators.base import Evaluator, Refused, RunView, SampleMetric, SetMetric, open_run
 from sjdbench.eval.evaluators.settings import EvalConfig
 from sjdbench.eval.metrics.bootstrap import bootstrap_ci, prompt_groups
@@ -210,6 +210,10 @@ def _protocol(evaluator: Evaluator, run: RunView, config: EvalConfig, reference_
 def _bootstrap_reps(evaluator: Evaluator, config: EvalConfig) -> int:
     if evaluator.level == "sample":
         return config.bootstrap
+    assert isinstance(evaluator, SetMetric)
+    own = evaluator.bootstrap_reps()
+    if own is not None:
+        return own
     return config.toy.bootstrap if evaluator.name.startswith("toy_") else config.inception.bootstrap
 
 
@@ -298,7 +302,9 @@ def _comparisons(
     if ar is not None and not is_ar_run(run):
         ar_value = headline(ar)
         groups = prompt_groups(prompt_ids)
-        ci = bootstrap_ci(lambda r: to_reference(vectors[r]) - to_reference(ar[r]), groups, reps, seed)
+        run_part = evaluator.resampled(vectors, reference, to_reference)
+        ar_part = evaluator.resampled(ar, reference, to_reference)
+        ci = bootstrap_ci(lambda r: run_part(r) - ar_part(r), groups, reps, seed)
         paired = {
             "ar_run_id": ar_id,
             "delta": headline(vectors) - ar_value,
@@ -416,12 +422,12 @@ def score(
     _OPENED.clear()
     _STORES.clear()
     runs = [open_run(d) for d in run_dirs]
+    _OPENED.update({run.dir: run for run in runs})  # a run scored here and compared with is read once
     runs.sort(key=lambda r: (not is_ar_run(r), r.run_id))
     outcomes = []
     for run in runs:
         for name in evaluators_for(run, config):
-            if name not in EVALUATORS:
-                raise UserError(f"unknown evaluator '{name}'; choose from: {', '.join(sorted(EVALUATORS))}")
+            check_evaluator(name)
             outcome = score_run(run, name, config)
             outcomes.append(outcome)
             if on_outcome:

@@ -76,4 +76,4 @@ def build_debug_adapter(device: str = "cpu", **options) -> LlamaImageAdapter:
     return build(DebugOptions.from_dict(options), device)
 
 
-SPEC = ModelEntry(DebugOptions, build, image_tokens=lambda options: options.n_codes)
+MODEL = ModelEntry(DebugOptions, build, image_tokens=lambda options: options.n_codes)

@@ -270,6 +270,6 @@ def emu3_weights_dir(path: str | None):
     return root
 
 
-SPEC = ModelEntry(
+MODEL = ModelEntry(
     Emu3Options, build, fingerprint=lambda o: o.fingerprint(lambda: emu3_weights_dir(o.path).glob("*.safetensors"))
 )

@@ -218,7 +218,7 @@ def janus_weights_dir(path: str | None, size: str):
     return root
 
 
-SPEC = ModelEntry(
+MODEL = ModelEntry(
     JanusOptions,
     build,
     fingerprint=lambda o: o.fingerprint(lambda: janus_weights_dir(o.path, o.size).glob("*.safetensors")),

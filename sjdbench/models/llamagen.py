@@ -233,6 +233,6 @@ def weight_files(options: LlamaGenOptions) -> list[Path]:
     return [root / GPT_FILES[options.resolution], root / VQ_FILE, *t5_root.glob("*.safetensors")]
 
 
-SPEC = ModelEntry(
+MODEL = ModelEntry(
     LlamaGenOptions, build, fingerprint=lambda options: options.fingerprint(lambda: weight_files(options))
 )

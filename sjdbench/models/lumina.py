@@ -296,4 +296,4 @@ def weight_files(options: LuminaOptions) -> list[Path]:
     return [*root.glob("*.safetensors"), vq_root / "vqgan.ckpt"]
 
 
-SPEC = ModelEntry(LuminaOptions, build, fingerprint=lambda options: options.fingerprint(lambda: weight_files(options)))
+MODEL = ModelEntry(LuminaOptions, build, fingerprint=lambda options: options.fingerprint(lambda: weight_files(options)))

@@ -1,17 +1,23 @@
-"""Every model, by name: one spec each, found by convention so that a model is one file plus one YAML.
+"""Every model, by name: one `ModelEntry` each, registered by its YAML, so that a model is one Python
+object plus one YAML.
 
-Model `<name>` is `conf/model/<name>.yaml` (its user-visible defaults) and the module
-`sjdbench.models.<name>` (a package for the toy), whose `SPEC` says how to check its options, build
-it, identify and check its weight files, and count its image tokens before loading. Modules are
-imported on first use, so listing models or checking a config never loads model code it does not need.
+Model `<name>` is `conf/model/<name>.yaml`: its user-visible defaults, and a `_target_` naming the
+`ModelEntry` object (`sjdbench.models.janus.MODEL`), which says how to check its options, build it,
+identify and check its weight files, and count its image tokens before loading. This is the one
+plugin convention decoder parts and evaluators share (sjdbench.plugins): a YAML of your own in an
+SJDBENCH_CONFIG_PATH directory adds a model. Modules are imported on first use, so listing models or
+checking a config never loads model code it does not need.
+
+A run resolves its model once (`resolve_model`, in config.resolve.resolve_run): the options are
+parsed and checked there, and the `ResolvedModel` it carries fingerprints, verifies and builds.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from sjdbench import plugins
 from sjdbench.errors import UserError
 from sjdbench.models.options import ModelOptions
 
@@ -41,90 +47,90 @@ class ModelEntry:
     image_tokens: Callable[[Any], int | None] = _no_files
 
     def load(self, device: str = "cpu", **options: Any) -> Any:
-        """The adapter from keyword options (`janus.SPEC.load(weights="random", size="tiny")`); a bad
-        option or missing file raises ValueError / FileNotFoundError (the registry's functions turn
-        them into one-line UserErrors naming the model)."""
+        """The adapter from keyword options (`janus.MODEL.load(weights="random", size="tiny")`); a bad
+        option or missing file raises ValueError / FileNotFoundError (`ResolvedModel` turns them into
+        one-line UserErrors naming the model)."""
         return self.build(self.options.from_dict(options), device)
 
 
-ENTRIES: dict[str, ModelEntry] = {}  # loaded specs, by name
+def entry(name: str, target: str | None = None) -> ModelEntry:
+    """The registry entry of model `name`: the object its YAML's `_target_` names (or `target`, a run
+    config's `model._target_`). UserError for unknown models and targets that do not load."""
+    return _located(name, target)[1]
 
 
-def model_names() -> list[str]:
-    """Every model a run may name: the YAMLs of the model config group."""
-    from sjdbench.paths import config_dirs
-
-    return sorted({p.stem for root in config_dirs() for p in (root / "model").glob("*.yaml")})
-
-
-def entry(name: str) -> ModelEntry:
-    """The registry entry of model `name` (UserError for unknown models or modules that do not load)."""
-    if name in ENTRIES:
-        return ENTRIES[name]
-    names = model_names()
-    if name not in names:
-        raise UserError(f"unknown model '{name}'; choose one of: {', '.join(names)}")
-    try:
-        module = importlib.import_module(f"sjdbench.models.{name}")
-    except ImportError as error:
-        raise UserError(f"model '{name}' cannot be loaded: {error}") from None
-    found = getattr(module, "SPEC", None)
+def _located(name: str, target: str | None) -> tuple[str, ModelEntry]:
+    if target is None:
+        target, found = plugins.find("model", name, "model")
+    else:
+        found = plugins.locate(target, f"model '{name}'")
     if not isinstance(found, ModelEntry):
-        raise UserError(f"model '{name}' cannot be loaded: sjdbench.models.{name} defines no SPEC")
-    ENTRIES[name] = found
-    return found
+        raise UserError(f"model '{name}': its _target_ {target} is not a ModelEntry (sjdbench.models.registry)")
+    return target, found
 
 
-def model_options(name: str, options: dict[str, Any]) -> ModelOptions:
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model with its options parsed and checked, before anything loads: what a run fingerprints,
+    verifies and builds. Picklable (a name, a target and an options dataclass), so a sweep's job
+    carries it to another process."""
+
+    name: str
+    target: str
+    options: ModelOptions
+
+    @property
+    def entry(self) -> ModelEntry:
+        return entry(self.name, self.target)
+
+    def fingerprint(self) -> str | None:
+        """Identity of the weights a run would load: part of the run id. UserError for missing files
+        (as loading would)."""
+        try:
+            return self.entry.fingerprint(self.options)
+        except (ValueError, FileNotFoundError) as error:  # missing or unreachable weights
+            raise UserError(f"model '{self.name}': {error}") from None
+
+    def verify(self) -> None:
+        """Raise a one-line UserError naming a missing, truncated, corrupt or mismatched weight file."""
+        self.entry.verify(self.options)
+
+    def image_tokens(self) -> int | None:
+        """How many image tokens the model samples from, without loading it (None: not known before)."""
+        try:
+            count = self.entry.image_tokens(self.options)
+        except FileNotFoundError as error:
+            raise UserError(f"model '{self.name}': {error}") from None
+        return None if count is None else int(count)
+
+    def build(self, device: str) -> Any:
+        """The adapter, loaded on `device` (the one model load of a run or a group of runs)."""
+        try:
+            return self.entry.build(self.options, device)
+        except (ValueError, FileNotFoundError) as error:  # bad option values, missing weights
+            raise UserError(f"model '{self.name}': {_first_line(error)}") from None
+        except RuntimeError as error:  # a state dict that does not fit the model (after the checks above)
+            raise UserError(f"model '{self.name}' cannot load its weights: {_first_line(error)}") from None
+
+
+def resolve_model(name: str, options: dict[str, Any], target: str | None = None) -> ResolvedModel:
     """A run's `model.options` as the model's options object: unknown keys and values outside the
-    choices are one line naming the valid ones, before anything loads."""
-    model = entry(name)
+    choices are one line naming the valid ones, before anything loads. `target`: the run config's
+    `model._target_` (None: the YAML's)."""
+    target, model = _located(name, target)
     try:
-        return model.options.from_dict(options)
+        parsed = model.options.from_dict(options)
     except (ValueError, TypeError) as error:
         text = str(error)
         raise UserError(
             f"model '{name}' {text}" if text.startswith("does not take") else f"model '{name}': {text}"
         ) from None
-
-
-def check_options(name: str, options: dict[str, Any]) -> None:
-    model_options(name, options)
-
-
-def weights_fingerprint(name: str, options: dict[str, Any]) -> str | None:
-    """Identity of the weights a run would load: part of the run id. Raises UserError for unknown
-    models or missing files (as loading would)."""
-    resolved = model_options(name, options)
-    try:
-        return entry(name).fingerprint(resolved)
-    except (ValueError, FileNotFoundError) as error:  # missing or unreachable weights
-        raise UserError(f"model '{name}': {error}") from None
-
-
-def verify_weights(name: str, options: dict[str, Any]) -> None:
-    """Raise a one-line UserError naming a missing, truncated, corrupt or mismatched weight file."""
-    entry(name).verify(model_options(name, options))
-
-
-def image_token_count(name: str, options: dict[str, Any]) -> int | None:
-    """How many image tokens the model samples from, without loading it (None: not known before)."""
-    resolved = model_options(name, options)
-    try:
-        count = entry(name).image_tokens(resolved)
-    except FileNotFoundError as error:
-        raise UserError(f"model '{name}': {error}") from None
-    return None if count is None else int(count)
+    return ResolvedModel(name, target, parsed)
 
 
 def build_adapter(name: str, options: dict[str, Any], device: str) -> Any:
-    resolved = model_options(name, options)
-    try:
-        return entry(name).build(resolved, device)
-    except (ValueError, FileNotFoundError) as error:  # bad option values, missing weights
-        raise UserError(f"model '{name}': {_first_line(error)}") from None
-    except RuntimeError as error:  # a state dict that does not fit the model (after the checks above)
-        raise UserError(f"model '{name}' cannot load its weights: {_first_line(error)}") from None
+    """Model `name` with these options, built on `device` (checked as a run checks it)."""
+    return resolve_model(name, options).build(device)
 
 
 def resolve_device(device: str) -> str:

@@ -187,13 +187,6 @@ class ChameleonVQGAN(nn.Module):
         z = self.quantize.embedding(codes).permute(0, 3, 1, 2)  # (B, D, h, w)
         return self.decoder(self.post_quant_conv(z))
 
-    @torch.inference_mode()
-    def encode_codes(self, pixels: torch.Tensor) -> torch.Tensor:
-        """images (B, 3, H, W) in [-1, 1] -> nearest codes (B, H/16, W/16)."""
-        z = self.quant_conv(self.encoder(pixels)).permute(0, 2, 3, 1)  # (B, h, w, D)
-        distance = torch.cdist(z.flatten(0, 2), self.quantize.embedding.weight)  # (Bhw, K)
-        return distance.argmin(-1).view(z.shape[:3])
-
     @classmethod
     def load(cls, checkpoint: Path, config: Path | None = None) -> ChameleonVQGAN:
         cfg = VQGANConfig.from_yaml(config) if config is not None else VQGANConfig()

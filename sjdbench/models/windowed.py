@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from sjdbench.adapter import PromptBatch, Sampling, SegmentLayout
+from sjdbench.adapter import PromptBatch, PromptStates, Sampling, SegmentLayout
 from sjdbench.errors import UserError
 from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.gsd_threshold import nearest_neighbour_threshold
@@ -34,6 +34,7 @@ Table = Callable[[], torch.Tensor]
 
 class WindowedAdapter:
     own_positions: bool = False  # rotary positions count the sample's whole prompt (see cache.py)
+    returns_hidden_states: bool = True  # the capability of adapter.HiddenStatesAdapter (drafters)
 
     def __init__(
         self,
@@ -100,6 +101,30 @@ class WindowedAdapter:
 
     @torch.inference_mode()
     def prefill(self, cache: WindowCache, samples: list[int], prompts: list[PromptBatch]) -> torch.Tensor:
+        return self._prefill(cache, samples, prompts)[0]
+
+    @torch.inference_mode()
+    def prefill_states(
+        self, cache: WindowCache, samples: list[int], prompts: list[PromptBatch]
+    ) -> tuple[torch.Tensor, PromptStates]:
+        """`prefill` plus the prompts' hidden states, for a drafter (the capability's prefill)."""
+        logits, hidden, rotary, pad_mask = self._prefill(cache, samples, prompts)
+        n, P = len(samples), cache.prompt_len
+        tokens = torch.stack([self._prompt_token_ids(p, P) for p in prompts])  # (n, 2, P)
+        rows = torch.tensor([r for s in samples for r in (2 * s, 2 * s + 1)], dtype=torch.long, device=self.device)
+        states = PromptStates(
+            hidden=hidden.view(n, 2, P, -1),
+            tokens=tokens,
+            valid=pad_mask.view(n, 2, P),
+            rotary=rotary.view(n, 2, P),
+            base=cache.base[rows].view(n, 2),
+        )
+        return logits, states
+
+    def _prefill(
+        self, cache: WindowCache, samples: list[int], prompts: list[PromptBatch]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(logits (n, 2, V), hidden (2n, P, D), rotary positions (2n, P), pad mask (2n, P))."""
         P = cache.prompt_len
         too_long = [p.length for p in prompts if p.length > P]
         if too_long:
@@ -110,13 +135,22 @@ class WindowedAdapter:
             extra = P - prompt.length
             inputs.append(torch.nn.functional.pad(x, (0, 0, extra, 0)))
             pad_masks.append(torch.nn.functional.pad(prompt.pad_mask.to(self.device), (extra, 0)))
-        rotary, mask = cache.begin_prefill(samples, torch.cat(pad_masks), [p.length for p in prompts])
+        pad_mask = torch.cat(pad_masks)  # (2n, P)
+        rotary, mask = cache.begin_prefill(samples, pad_mask, [p.length for p in prompts])
         try:
             hidden = self._run(torch.cat(inputs), rotary, mask, cache)  # (2n, P, D)
         finally:
             cache.end_prefill()
         logits = self._head(hidden[:, -1:])[:, 0].to(self.dtype)  # (2n, V)
-        return logits.view(len(samples), 2, -1)
+        return logits.view(len(samples), 2, -1), hidden, rotary, pad_mask
+
+    def _prompt_token_ids(self, prompt: PromptBatch, P: int) -> torch.Tensor:
+        """(2, P) the ids a drafter embeds for the prompt slots, left-padded like the prompt region. A
+        model whose prompt is not token ids (`_prompt_inputs` overridden: LlamaGen's caption slots)
+        gives id 0, as jadohu/LANTERN's LlamaGen drafter does."""
+        if type(self)._prompt_inputs is not WindowedAdapter._prompt_inputs:
+            return torch.zeros(2, P, dtype=torch.long, device=self.device)
+        return torch.nn.functional.pad(prompt.tokens.to(self.device), (P - prompt.length, 0))
 
     @torch.inference_mode()
     def forward(
@@ -128,6 +162,32 @@ class WindowedAdapter:
         horizon: int | None = None,
         lengths: list[int] | None = None,  # padding slots are computed like any other: nothing to skip
     ) -> torch.Tensor:
+        return self._window(cache, tokens, positions, mask, horizon)[0]
+
+    @torch.inference_mode()
+    def forward_states(
+        self,
+        cache: WindowCache,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        horizon: int | None = None,
+        lengths: list[int] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward` plus each slot's hidden state (B, 2, L, D), for a drafter (the capability's window)."""
+        logits, hidden = self._window(cache, tokens, positions, mask, horizon)
+        B, L = tokens.shape
+        return logits, hidden.view(B, 2, L, -1)
+
+    def _window(
+        self,
+        cache: WindowCache,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None,
+        horizon: int | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits (B, 2, L, V), hidden (2B, L, D)): the head's input comes for free with its output."""
         B, L = tokens.shape
         pad_to = cache.window if self.compile else None
         rotary, attend = cache.begin_window(positions, mask, None if self.compile else horizon, pad_to)
@@ -140,7 +200,22 @@ class WindowedAdapter:
         x = self._embed(row_tokens, row_positions)
         run = self._compiled_run if self.compile else self._run
         hidden = run(x, rotary, attend, cache)[:, :L]
-        return self._head(hidden).to(self.dtype).view(B, 2, L, -1)
+        return self._head(hidden).to(self.dtype).view(B, 2, L, -1), hidden
+
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's head over hidden states (..., D) -> logits (..., V) in `dtype` (a drafter's
+        features go through it)."""
+        return self._head(hidden).to(self.dtype)
+
+    @property
+    def weights_dtype(self) -> torch.dtype:
+        """The precision the model's weights (and its cache) are in."""
+        return self._kv_shape().dtype
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the hidden states the head reads."""
+        return int(self.token_embeddings().shape[-1])
 
     @torch.inference_mode()
     def commit(self, cache: WindowCache, slots: torch.Tensor) -> None:

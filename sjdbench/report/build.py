@@ -77,7 +77,7 @@ def _annotate(table: Table, runs: pd.DataFrame, samples: pd.DataFrame, pairings:
     """Provenance and warnings computed from exactly the runs behind the table's rows."""
     ids = set(table.frame["run_id"]) if "run_id" in table.frame else set(runs["run_id"])
     own = runs[runs["run_id"].isin(ids)]
-    table.notes = notes(own) + ([LOSSLESS_NOTE] if "lossless" in table.labels else [])
+    table.notes = notes(own) + ([LOSSLESS_NOTE] if "lossless" in table.labels else []) + table.notes
     table.warnings = mixing_warnings(own) + timing_warnings(own, samples, pairings[pairings["run_id"].isin(ids)])
     return table
 
@@ -186,6 +186,7 @@ def build_report(
     progress: Callable[[str], None] | None = None,
     figures: bool = True,
     reference: str | None = None,
+    margins: dict[str, float | None] | None = None,
 ) -> Report:
     published = load_reference(reference) if reference else None  # a bad name fails before any work
     filters = parse_selection(words, command="report")
@@ -198,7 +199,7 @@ def build_report(
     store = collect(filters)
     try:
         out.mkdir(parents=True, exist_ok=True)  # first: an --out that cannot be created fails before any work
-        return _build(filters, store, out, every_run, figures, warnings, published)
+        return _build(filters, store, out, every_run, figures, warnings, published, margins)
     except StoreError as error:  # the store's own checks speak of results_dir; here it is --out
         raise UserError(f"{error.reason}; give --out a writable folder (--out DIR)") from None
     except OSError as error:
@@ -231,6 +232,7 @@ def _build(
     figures: bool,
     warnings: list[str],
     published: ReferenceTable | None = None,
+    margins: dict[str, float | None] | None = None,
 ) -> Report:
     selected, runs, samples_all, samples = store.selected, store.runs, store.samples_all, store.samples
     scores, pairings = store.scores, store.pairings
@@ -251,6 +253,7 @@ def _build(
                 written,
                 every_run,
                 figures,
+                margins,
             )
         )
     report.main = written["main"]
@@ -321,12 +324,13 @@ def _section(
     written: dict,
     every_run: bool,
     figures: bool,
+    margins: dict[str, float | None] | None = None,
 ) -> Section:
     key = (model, data)
     main = _annotate(main_table(group, pairings, scores, key, every_run), group, samples, pairings)
     ablations = [_annotate(t, group, samples, pairings) for t in ablation_tables(group, pairings, scores, key)]
     categories = [_annotate(t, group, samples, pairings) for t in category_tables(group, samples, key)]
-    quality = [_annotate(t, group, samples, pairings) for t in quality_tables(group, scores, key)]
+    quality = [_annotate(t, group, samples, pairings) for t in quality_tables(group, scores, key, margins)]
     written["main"].append(main)
     written["ablations"] += ablations
     written["categories"] += categories

@@ -46,7 +46,7 @@ def record_run(run_dir: Path, prompts: int, progress: Callable[[str], None] | No
     Refuses (UserError, one line) when today's code would not rebuild the run's decoder, weights or
     sampling, or when the run's device is not available here."""
     from sjdbench.config.schema import check_config
-    from sjdbench.models.registry import build_adapter, weights_fingerprint
+    from sjdbench.models.registry import resolve_model
     from sjdbench.run.runner import resolve_sampling
 
     run_dir = Path(run_dir)
@@ -59,14 +59,14 @@ def record_run(run_dir: Path, prompts: int, progress: Callable[[str], None] | No
             f"{run_dir.name}: this sjdbench builds a different decoder from its config.yaml than the "
             "one that wrote the run; cannot replay it for draft traces"
         )
-    options = dict(config.model.options)
-    if weights_fingerprint(config.model.name, options) != env.get("weights"):
+    model = resolve_model(config.model.name, dict(config.model.options), config.model._target_)
+    if model.fingerprint() != env.get("weights"):
         raise UserError(f"{run_dir.name}: the model's weight files changed since the run; cannot replay it")
     device = env.get("device", "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UserError(f"{run_dir.name} ran on {device}, which is not available here; trace it on that machine")
     rows = [r for r in RunStore(run_dir.parent.parent, run_dir.name).rows() if r.get("sample", 0) == 0][:prompts]
-    adapter = build_adapter(config.model.name, options, device)
+    adapter = model.build(device)
     decoder = spec.build(adapter, trace_drafts=True)
     sampling = resolve_sampling(adapter.default_sampling, config.sampling)
     if env.get("sampling") and asdict(sampling) != env["sampling"]:

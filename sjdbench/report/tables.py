@@ -11,7 +11,8 @@ Tables per model x data set:
 - ablations: runs of one algorithm (same proposal and verifier parts) whose settings differ, one
   table per swept setting around the reference point, rows labelled by the settings;
 - per-category (Parti's Category and Challenge) when sample rows carry them;
-- quality: each score with its CI, the paired difference to AR and the noise floor.
+- quality: each score with its CI, the paired difference to AR and the noise floor, and for
+  lossless decoders whether they are shown equivalent to AR within the metric's margin (TOST).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from sjdbench.eval.metrics.equivalence import ALPHA, claimed, equivalence, margin_for, margin_text
 from sjdbench.results.decoders import is_ar, is_greedy, setting_name
 from sjdbench.results.pairing import NO_SPEEDUP, find_baseline, speedup
 
@@ -403,9 +405,16 @@ def _decoder_header(run: pd.Series, decoders: pd.DataFrame) -> str:
 # -- quality --------------------------------------------------------------------------------------
 
 
-def quality_tables(runs: pd.DataFrame, scores: pd.DataFrame, group: tuple[str, str]) -> list[Table]:
+def quality_tables(
+    runs: pd.DataFrame,
+    scores: pd.DataFrame,
+    group: tuple[str, str],
+    margins: dict[str, float | None] | None = None,
+) -> list[Table]:
     """Per evaluator: each scored run's value with CI, its paired difference to AR with CI, N, and
-    the noise floor (e.g. FD between two AR seeds) against which a difference is read."""
+    the noise floor (e.g. FD between two AR seeds) against which a difference is read; for metrics
+    with an equivalence margin (eval.metrics.equivalence; `margins` overrides the defaults), whether
+    each lossless decoder is shown equivalent to its AR baseline within it."""
     subset = scores[scores["run_id"].isin(runs["run_id"])] if not scores.empty else scores
     tables = []
     model, data = group
@@ -424,17 +433,53 @@ def quality_tables(runs: pd.DataFrame, scores: pd.DataFrame, group: tuple[str, s
         ]
         labels = {"decoder": "decoder", "window": "W", "lossless": "lossless"}
         labelled = _labelled(merged, labels).reset_index(drop=True)
+        columns = [*labels.values(), "n"]
+        margin = margin_for(str(evaluator), str(name), margins)
+        notes = []
+        if margin is not None:
+            header = f"equivalence (±{margin_text(margin)})"
+            labelled[header] = equivalence_cells(merged, frame, runs, margin)
+            columns.append(header)
+            notes.append(equivalence_note(str(evaluator), margin))
         tables.append(
             Table(
                 f"quality-{slug(model)}-{slug(data)}-{slug(evaluator)}-{str(protocol)[:8]}",
                 f"{model} on {data}: {name} ({evaluator}, protocol {str(protocol)[:8]})",
-                [*labels.values(), "n"],
+                columns,
                 metrics,
                 labelled,
+                notes=notes,
                 group=group,
             )
         )
     return tables
+
+
+def equivalence_cells(rows: pd.DataFrame, scores: pd.DataFrame, runs: pd.DataFrame, margin: float) -> list[str]:
+    """Per quality-table row: TOST of its per-prompt differences to its AR baseline (the per-sample
+    values of both score files) at ±margin; "–" where no equality is claimed (eval.metrics.equivalence)."""
+    per_sample = scores.drop_duplicates("run_id").set_index("run_id")["per_sample"]
+    greedy = runs.drop_duplicates("run_id").set_index("run_id")["greedy"].fillna(False).astype(bool)
+    cells = []
+    for _, row in rows.iterrows():  # in the order of `rows`
+        ar_id = row.get("score_ar_run_id")
+        ar_id = ar_id if isinstance(ar_id, str) else None
+        if not claimed(bool(row["is_ar"]), bool(row["lossless"]), bool(row["greedy"]), bool(greedy.get(ar_id, False))):
+            cells.append("–")
+            continue
+        theirs = per_sample.get(ar_id) if ar_id else None
+        cells.append(equivalence(per_sample.get(row["run_id"]), theirs, margin).text())
+    return cells
+
+
+def equivalence_note(evaluator: str, margin: float) -> str:
+    return (
+        f"equivalence: two one-sided tests (TOST) at α = {ALPHA:g} each on the per-prompt differences to AR: "
+        f"'equivalent to AR within ±{margin_text(margin)}' when the {100 * (1 - 2 * ALPHA):.0f} % paired-t "
+        "interval of the mean difference lies inside the margin, 'not shown' otherwise (too few prompts, too "
+        "much noise, or a real difference); asked of lossless decoders only (greedy ones against a greedy AR "
+        f"run); set the margin with `sjdbench report --equivalence-margin {evaluator}=M`"
+    )
 
 
 def slug(text) -> str:

@@ -16,7 +16,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -90,8 +90,8 @@ def _files(run_dir: Path) -> tuple[dict, dict, dict, list[str], int | None]:
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
-    """One run as a flat record: its summary fields, env.json (as env.*), its decoder spec flattened
-    (as spec.*), what it pairs on, and its status. Never raises: a run written by a newer sjdbench
+    """One run as a flat record: its summary fields, env.json (as env.*), its stored decoder identity
+    flattened (as spec.*), what it pairs on, and its status. Never raises: a run written by a newer sjdbench
     has status `newer`, a damaged one `damaged`, each with `problem` naming the file, the damage and
     the fix (the commands that read runs refuse such a run with that line when they select it)."""
     run_dir = Path(run_dir)
@@ -101,8 +101,8 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         problems.append(wrong)
     status = run_status(summary or None, env or None)
     record: dict[str, Any] = dict(summary)
-    spec = record.get("decoder_spec") or env.get("decoder_spec")
-    spec = spec if isinstance(spec, dict) else None
+    stored = record.get("decoder_spec") or env.get("decoder_spec")  # ResolvedDecoder.identity(), as written
+    decoder_identity = stored if isinstance(stored, dict) else None
     model_section, data_section = config.get("model"), config.get("data")
     record.update(
         {
@@ -117,13 +117,15 @@ def read_run(run_dir: Path) -> dict[str, Any]:
             "model": record.get("model") or _name(model_section),
             "data": record.get("data") or _name(data_section),
             "decoder": record.get("decoder") or _name(config.get("decoder")),
-            "decoder_spec": spec,
-            "chain": part_chain(spec),
-            "is_ar": is_ar(spec),
+            "decoder_spec": decoder_identity,
+            "chain": part_chain(decoder_identity),
+            "is_ar": is_ar(decoder_identity),
             # greedy by its verifier, or by its sampling (temperature 0: argmax draws)
-            "greedy": is_greedy(spec) or (env.get("sampling") or {}).get("temperature") == 0,
-            # the parts' own claim, recorded by the runner; derived from the stored spec for older runs
-            "lossless": bool(record["decoder_lossless"]) if "decoder_lossless" in record else is_lossless(spec),
+            "greedy": is_greedy(decoder_identity) or (env.get("sampling") or {}).get("temperature") == 0,
+            # the parts' own claim, recorded by the runner; derived from the stored identity for older runs
+            "lossless": bool(record["decoder_lossless"])
+            if "decoder_lossless" in record
+            else is_lossless(decoder_identity),
             "samples_per_prompt": config.get("samples_per_prompt", 1),
             "batch_size": record.get("batch_size", config.get("batch_size", 1)),
             "model_options": (model_section.get("options") or {}) if isinstance(model_section, dict) else {},
@@ -137,11 +139,11 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         record.update(status=NEWER, problem=newer_text(f"run {run_dir.name}", newer))
     elif problems and status != "legacy":
         record.update(status=DAMAGED, problem=damage_text(run_dir, problems))
-    record.setdefault("window", (spec or {}).get("window"))
+    record.setdefault("window", (decoder_identity or {}).get("window"))
     for key, value in env.items():
         if key != "decoder_spec":
             record[f"env.{key}"] = value
-    for key, value in flatten_spec(spec).items():
+    for key, value in flatten_spec(decoder_identity).items():
         record[f"spec.{key}"] = value
     return record
 
@@ -375,20 +377,36 @@ class Scores:
     damaged: list[str] = field(default_factory=list)
 
 
+def _score_files(run: dict) -> Iterator[tuple[Path, dict | None, str | None]]:
+    """(path, document, problem) of each score file of a run, each read once: the document when it
+    is a score file this sjdbench reads, else None and why not."""
+    folder = Path(run["run_dir"]) / "scores"
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        read = read_json(path, SCORE_TYPES)
+        problem = read.problem or score_problem(read.doc or {})
+        yield path, (None if problem else read.doc), problem
+
+
+def current_score_docs(run: dict) -> dict[str, dict]:
+    """evaluator -> the score document of the samples the run (a record of `check_rows`) holds now
+    (`is_current`); of several current protocols, the latest written. Damaged files are left out."""
+    current = []
+    for path, doc, _ in _score_files(run):
+        if doc is not None and is_current(score_record(doc, path, run["run_id"]), run):
+            current.append((path.stat().st_mtime, doc))
+    return {doc["evaluator"]: doc for _, doc in sorted(current, key=lambda item: item[0])}
+
+
 def read_scores(runs: pd.DataFrame) -> Scores:
     records: list[dict]
     stale: list[dict]
     records, stale, damaged = [], [], []
     for run in runs.to_dict("records"):
-        folder = Path(run["run_dir"]) / "scores"
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-            read = read_json(path, SCORE_TYPES)
-            problem = read.problem or score_problem(read.doc or {})
-            if problem:
+        for path, doc, problem in _score_files(run):
+            if doc is None:
                 damaged.append(f"{path} {problem}")
                 continue
-            assert read.doc is not None  # no problem: the file is a score document
-            record = score_record(read.doc, path, run["run_id"])
+            record = score_record(doc, path, run["run_id"])
             (records if is_current(record, run) else stale).append(record)
     current = pd.DataFrame.from_records(records, columns=SCORE_COLUMNS)
     fresh = {(r["run_id"], r["evaluator"]) for r in records}

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import time
 import uuid
@@ -45,7 +46,6 @@ from sjdbench.decoding.build import resolved_settings
 from sjdbench.decoding.loop import Decoder, DecodeResult, Request, jacobi_decode, jacobi_decode_batch
 from sjdbench.errors import Interrupted, NonFiniteLogits, UserError
 from sjdbench.machine import apply_threads, environment, load_1m, snapshot
-from sjdbench.models.registry import build_adapter
 from sjdbench.results.store import SCHEMA, RunLocked, RunStore, StoreError, save_png
 from sjdbench.results.summary import summarize
 from sjdbench.run.reporting import Reporter
@@ -157,12 +157,42 @@ def decode_stream(
 
 def load_adapter(spec: ResolvedRun, reporter: Reporter) -> Any:
     """The run's model, built on its device (the one model load of a run or a group of runs)."""
-    config = spec.config
-    reporter.model_loading(config.model.name, spec.device)
+    reporter.model_loading(spec.model.name, spec.device)
     start = time.perf_counter()
-    adapter = build_adapter(config.model.name, dict(config.model.options), spec.device)
-    reporter.model_loaded(config.model.name, time.perf_counter() - start)
+    adapter = spec.model.build(spec.device)
+    reporter.model_loaded(spec.model.name, time.perf_counter() - start)
     return adapter
+
+
+def model_key(spec: ResolvedRun) -> str:
+    """Runs that can share one loaded model: the same model, options and device."""
+    return json.dumps(
+        {
+            "name": spec.model.name,
+            "target": spec.model.target,
+            "options": asdict(spec.model.options),
+            "device": spec.device,
+        },
+        sort_keys=True,
+        default=str,
+    )
+
+
+class LoadedModel:
+    """The model this process holds, reused by the runs that share it (a sweep's groups of one model);
+    one model in memory at a time."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.adapter: Any = None
+
+    def get(self, spec: ResolvedRun, reporter: Reporter) -> Any:
+        key = model_key(spec)
+        if key != self.key:
+            self.key, self.adapter = None, None  # the previous model goes before the next one loads
+            self.adapter = load_adapter(spec, reporter)
+            self.key = key
+        return self.adapter
 
 
 @dataclass
@@ -175,9 +205,9 @@ class Fitted:
 
 
 def fit_run(spec: ResolvedRun, adapter: Any) -> Fitted:
-    """The checks that need the model (config.ranges.fit_to_model; sampling against its image
-    tokens, for models that know their count only once built), made before the run's lock is taken
-    or anything is written, so a refused run leaves nothing behind."""
+    """The checks that need the model (config.ranges.fit_to_model, the parts' model notes; sampling
+    against its image tokens, for models that know their count only once built). A new run is
+    fitted before its lock is taken, so a refused one leaves no folder behind."""
     decoder, notes = fit_to_model(spec.decoder, spec.config.model.name, spec.decoder.build(adapter), adapter)
     notes += model_notes(spec.decoder, adapter.layout)
     sampling = resolve_sampling(adapter.default_sampling, spec.config.sampling)
@@ -185,22 +215,36 @@ def fit_run(spec: ResolvedRun, adapter: Any) -> Fitted:
     return Fitted(decoder, sampling, notes)
 
 
+@dataclass(frozen=True)
+class StoreState:
+    """What a run's store holds, read once when its lock is taken (after the lock's repairs): the
+    samples stored, and whether config.yaml or env.json must be (re)written."""
+
+    done: frozenset[tuple[int, int]]
+    needs_metadata: bool
+
+    @classmethod
+    def read(cls, store: RunStore) -> StoreState:
+        return cls(frozenset(store.done_keys()), store.needs_metadata())
+
+
 class RunWriter:
     """One run open for writing (its lock held by the caller): the decoder built against the
     model, rows appended as samples finish."""
 
-    def __init__(self, spec: ResolvedRun, adapter: Any, timing: dict, fitted: Fitted | None) -> None:
+    def __init__(
+        self, spec: ResolvedRun, adapter: Any, timing: dict, stored: StoreState, fitted: Fitted | None = None
+    ) -> None:
         self.spec = spec
-        self.store = spec.store()
+        self.store = spec.store
         self.adapter = adapter
         self.timing = timing
-        done = self.store.done_keys()
-        self.todo = [(p, s) for p, s in spec.wanted if (p.prompt_id, s) not in done]
+        self.todo = [(p, s) for p, s in spec.wanted if (p.prompt_id, s) not in stored.done]
         self.new = 0
         self.notes: list[str] = []  # settings fitted to the model (config.ranges.fit_to_model)
-        if not self.todo and not self.store.needs_metadata():
+        if not self.todo and not stored.needs_metadata:
             return
-        fitted = fitted or fit_run(spec, adapter)  # the run had nothing to do when it was fitted
+        fitted = fitted or fit_run(spec, adapter)  # a new run was fitted before its lock was taken
         self.decoder, self.sampling, self.notes = fitted.decoder, fitted.sampling, fitted.notes
         resolved = {
             "sampling": asdict(self.sampling),
@@ -334,13 +378,18 @@ def execute_runs(
     timing_mode: str = "single",
     limit_new: Optional[int] = None,
     keep_going: bool = False,
+    loaded: Optional[LoadedModel] = None,
 ) -> list[RunOutcome]:
     """Run (or resume) runs of one model: their missing samples decoded prompt by prompt, each
     prompt by every run in turn (paired timing), under each run's write lock.
 
-    `adapter` lets sweeps reuse loaded weights; `limit_new` stops after that many new samples (for
-    tests of interruption); `keep_going`: a run whose decode fails is reported as failed and the
-    others go on. Ctrl-C raises `Interrupted(done, total)`; every finished row is stored.
+    `adapter`: the model, already loaded; `loaded` lets sweeps reuse the model a previous group
+    loaded (it is loaded only when some run needs it); `limit_new` stops after that many new samples
+    (for tests of interruption); `keep_going`: a run whose decode fails is reported as failed and the
+    others go on. Ctrl-C raises `Interrupted(done, total)`; every finished row is stored. Each run's
+    store is read once, under its lock. A run whose folder does not exist yet is fitted to the model
+    before its lock is taken (the lock makes the folder): a run refused by a check that needs the
+    model (config.ranges.fit_to_model) leaves nothing behind.
     """
     reporter = reporter or Reporter()
     timing = new_timing(timing_mode)
@@ -349,17 +398,18 @@ def execute_runs(
     aside: dict[str, RunOutcome] = {}  # run_id -> the outcome of a run skipped or refused on its own
     with contextlib.ExitStack() as locks:
         try:
-            busy = [spec for spec in specs if _has_work(spec)]
-            for spec in busy:  # a run another process writes is refused before its model loads
-                if spec.store().being_written() and not keep_going:
-                    raise RunLocked(spec.store().locked_text())
-            if busy:
+            new_runs = [spec for spec in specs if not spec.store.dir.exists()]  # all to decode, nothing to read
+            if new_runs:
                 apply_threads(specs[0].config.threads, specs[0].device)
-                adapter = adapter if adapter is not None else load_adapter(specs[0], reporter)
-            fitted = _fit(busy, adapter, keep_going, aside)  # every refusal before any lock or write
-            specs = [spec for spec in specs if spec.run_id not in aside]
-            specs = _lock(locks, specs, keep_going, aside, reporter)
-            writers = _writers(specs, adapter, timing, fitted, keep_going, aside, reporter)
+                adapter = adapter if adapter is not None else (loaded or LoadedModel()).get(specs[0], reporter)
+            fitted = _fit(new_runs, adapter, keep_going, aside)
+            specs = _lock(locks, [spec for spec in specs if spec.run_id not in aside], keep_going, aside, reporter)
+            stored = {spec.run_id: StoreState.read(spec.store) for spec in specs}
+            if any(spec.wanted_keys - stored[spec.run_id].done or stored[spec.run_id].needs_metadata for spec in specs):
+                apply_threads(specs[0].config.threads, specs[0].device)
+                if adapter is None:
+                    adapter = (loaded or LoadedModel()).get(specs[0], reporter)
+            writers = _writers(specs, stored, fitted, adapter, timing, keep_going, aside, reporter)
             specs = [w.spec for w in writers]
             if not writers:
                 return [aside[spec.run_id] for spec in everyone]
@@ -395,7 +445,7 @@ def execute_runs(
                 with contextlib.suppress(Exception):
                     writer.finish()
             if isinstance(error, KeyboardInterrupt):
-                finished = sum(len(spec.wanted_keys & spec.store().done_keys()) for spec in specs)
+                finished = sum(len(spec.wanted_keys & spec.store.done_keys()) for spec in specs)
                 raise Interrupted(finished, sum(len(spec.wanted) for spec in specs)) from None
             raise
         outcomes = [writer.finish() for writer in writers]
@@ -412,24 +462,17 @@ def _lock(locks, specs: list[ResolvedRun], keep_going: bool, aside: dict, report
     locked = []
     for spec in specs:
         try:
-            store = locks.enter_context(spec.store().writer())
+            store = locks.enter_context(spec.store.writer())
         except RunLocked as error:
             if not keep_going:
                 raise
-            aside[spec.run_id] = RunOutcome(spec.run_id, str(spec.store().dir), "skipped", {}, 0, str(error))
+            aside[spec.run_id] = RunOutcome(spec.run_id, str(spec.store.dir), "skipped", {}, 0, str(error))
             reporter.note(f"skipped: {error}")
             continue
         for text in store.repairs:
             reporter.note(text)
         locked.append(spec)
     return locked
-
-
-def _has_work(spec: ResolvedRun) -> bool:
-    """Whether a run has samples to decode or metadata to rewrite (read without its lock: the writer
-    reads again under it)."""
-    store = spec.store()
-    return bool(spec.wanted_keys - store.done_keys()) or store.needs_metadata()
 
 
 def _fit(specs: list[ResolvedRun], adapter: Any, keep_going: bool, aside: dict) -> dict[str, Fitted]:
@@ -442,28 +485,31 @@ def _fit(specs: list[ResolvedRun], adapter: Any, keep_going: bool, aside: dict) 
         except UserError as error:
             if not keep_going:
                 raise
-            aside[spec.run_id] = RunOutcome(spec.run_id, str(spec.store().dir), "failed", {}, 0, str(error))
+            aside[spec.run_id] = RunOutcome(spec.run_id, str(spec.store.dir), "failed", {}, 0, str(error))
     return fitted
 
 
 def _writers(
     specs: list[ResolvedRun],
+    stored: dict[str, StoreState],
+    fitted: dict[str, Fitted],
     adapter: Any,
     timing: dict,
-    fitted: dict[str, Fitted],
     keep_going: bool,
     aside: dict,
     reporter: Reporter,
 ) -> list[RunWriter]:
-    """A writer per locked run (its decoder fitted before the lock was taken)."""
+    """A writer per run (fitted to the model now, unless it was before its lock); with `keep_going`,
+    a run whose settings do not fit the loaded model fails on its own, with its line, and the
+    others go on."""
     writers = []
     for spec in specs:
         try:
-            writer = RunWriter(spec, adapter, timing, fitted.get(spec.run_id))
+            writer = RunWriter(spec, adapter, timing, stored[spec.run_id], fitted.get(spec.run_id))
         except UserError as error:
             if not keep_going or isinstance(error, StoreError):
                 raise
-            aside[spec.run_id] = RunOutcome(spec.run_id, str(spec.store().dir), "failed", {}, 0, str(error))
+            aside[spec.run_id] = RunOutcome(spec.run_id, str(spec.store.dir), "failed", {}, 0, str(error))
             continue
         for text in writer.notes:
             reporter.note(text)

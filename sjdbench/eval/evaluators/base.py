@@ -219,6 +219,20 @@ class SetMetric(Evaluator):
         """vectors -> distance to the reference; set metrics may precompute the reference's part."""
         return lambda vectors: self.distance(vectors, reference)[0]
 
+    def resampled(
+        self, vectors: np.ndarray, reference: np.ndarray, to_reference: Callable[[np.ndarray], float]
+    ) -> Callable[[np.ndarray], float]:
+        """rows -> the distance of vectors[rows] to the reference: one bootstrap resample of the run.
+        A metric that is a mean over the run's samples once the reference is fixed (precision)
+        computes each sample's part once here instead of once per resample."""
+        return lambda rows: to_reference(vectors[rows])
+
+    def bootstrap_reps(self) -> int | None:
+        """Resamples for the paired CI against AR: None takes the scorer's setting for set metrics
+        (eval.inception.bootstrap, eval.toy.bootstrap); 0 gives no interval, for a metric whose
+        resampled sets are not like the real ones (repeated images shrink recall's k-NN balls)."""
+        return None
+
     def check(self, n: int) -> None:
         if n < 2:  # a covariance needs two samples, whatever eval.force says
             raise Refused(

@@ -1,4 +1,4 @@
-"""Image preprocessing before CLIP and Inception, named after the protocols it reproduces.
+"""Image preprocessing before CLIP, Inception and VGG-16, named after the protocols it reproduces.
 
 Published FIDs differ most in what happens before the network: SJD feeds raw COCO images that
 pytorch-fid squashes to 299x299 with a plain bilinear resize; LANTERN, LlamaGen and GigaGAN
@@ -10,6 +10,9 @@ ends in uint8 by rounding (never truncation).
     clean  centre crop to a square; Lanczos to 256; bicubic to 299 (clean-fid resizes in float
            per channel, as here; it then keeps floats, where we round to uint8)
     raw    unchanged; torchmetrics resizes to 299 itself (bilinear, `antialias` as set)
+
+VGG-16 for precision / recall sees every image squashed to 224x224 by PIL's bilinear filter, as
+torchvision's Resize([224, 224]) does to the PIL images of LANTERN's evaluation.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 INCEPTION_SIZE = 299
+VGG_SIZE = 224
 
 
 def _to_uint8(x: np.ndarray) -> np.ndarray:
@@ -47,7 +51,11 @@ def pil_resize(image: np.ndarray, size: int, method: str, per_channel_float: boo
     """PIL resize of an (H, W, 3) uint8 image; per_channel_float resizes each channel in float ('F')."""
     from PIL import Image
 
-    resample = {"lanczos": Image.Resampling.LANCZOS, "bicubic": Image.Resampling.BICUBIC}[method]
+    resample = {
+        "lanczos": Image.Resampling.LANCZOS,
+        "bicubic": Image.Resampling.BICUBIC,
+        "bilinear": Image.Resampling.BILINEAR,
+    }[method]
     if not per_channel_float:
         return np.asarray(Image.fromarray(image).resize((size, size), resample=resample))
     channels = [
@@ -67,6 +75,11 @@ def for_inception(image: np.ndarray, preprocess: str) -> np.ndarray:
     if preprocess == "raw":
         return image
     raise ValueError(f"unknown preprocessing {preprocess!r}; valid: sjd, clean, raw")
+
+
+def for_vgg16(image: np.ndarray) -> np.ndarray:
+    """(H, W, 3) uint8 -> (224, 224, 3) uint8: no crop, PIL bilinear (antialiased when shrinking)."""
+    return pil_resize(image, VGG_SIZE, "bilinear", per_channel_float=False)
 
 
 def resize_for_clip(image: np.ndarray, mode: str) -> np.ndarray:

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from sjdbench.errors import UserError
-from sjdbench.eval.evaluators.base import Reference, Refused, Sample, SetMetric, load_image
+from sjdbench.eval.evaluators.base import Reference, Sample, SetMetric, load_image
 from sjdbench.eval.evaluators.clip_score import eval_device
-from sjdbench.eval.evaluators.hashing import file_sha256, files_sha256, image_files
+from sjdbench.eval.evaluators.hashing import file_sha256, files_sha256
 from sjdbench.eval.evaluators.imaging import DESCRIPTIONS, for_inception
 
 if TYPE_CHECKING:
@@ -160,34 +160,10 @@ class InceptionMetric(SetMetric):
     def measure(self, samples: list[Sample]) -> np.ndarray:
         return self._features(self.images(samples))
 
-    def _reference_files(self) -> tuple[list[Path], str, Path]:
-        folder_setting = self.inception.reference or self.run.config.data.images
-        if not folder_setting:
-            hint = (
-                "; PartiPrompts has no reference images: score it with clip_score"
-                if self.run.config.data.name == "parti"
-                else ""
-            )
-            raise Refused(
-                f"{self.name} needs reference images: run with data.images=<folder> (e.g. COCO's val2017) "
-                f"or pass eval.inception.reference=<folder>{hint}"
-            )
-        folder = Path(folder_setting).expanduser()
-        if not folder.is_dir():
-            raise UserError(f"reference image folder {folder} does not exist (data.images / eval.inception.reference)")
-        names = [s.meta.get("file_name") for s in self.run.samples]
-        paired = [folder / n for n in dict.fromkeys(names) if n] if all(names) else []
-        if paired and all(p.is_file() for p in paired):
-            return paired, "the reference image of each scored prompt (by COCO file name)", folder
-        files = image_files(folder)
-        if not files:
-            raise UserError(f"no images in {folder}")
-        return files, "every image of the folder", folder
-
     def reference(self) -> Reference:
-        from sjdbench.eval.evaluators.references import cached_reference
+        from sjdbench.eval.evaluators.references import cached_reference, reference_images
 
-        files, selection, folder = self._reference_files()
+        files, selection, folder = reference_images(self.run, self.inception.reference, self.name)
         protocol = {"folder": folder.name, "selection": selection, "n": len(files), "sha256": files_sha256(files)}
         key = {**protocol, **self.measure_protocol()}
         vectors = cached_reference("inception", key, lambda: self._features([load_image(p) for p in files]))

@@ -58,6 +58,33 @@ class ToySettings:
 
 
 @dataclass
+class HpsSettings:
+    """HPS v2 (OpenCLIP ViT-H-14 fine-tuned on human preferences), computed as the hpsv2 package does."""
+
+    version: str = "v2.1"  # v2.1: HPS_v2.1_compressed.pt | v2.0: HPS_v2_compressed.pt (both from xswu/HPSv2)
+    weights: Optional[str] = None  # a local checkpoint file; default: the Hugging Face hub cache, then ~/.cache/hpsv2
+    scale: str = "cosine"  # cosine: the package's score() (LANTERN) | 100cos: 100 * cosine (the HPSv2 benchmark tables)
+    precision: str = "amp"  # amp: float16 autocast on CUDA, as the package (no effect on the CPU) | fp32
+    antialias: bool = True  # the tensor resize to 224 (torchvision >= 0.17 antialiases; older ones did not)
+    batch_size: int = 16
+    model: str = "ViT-H-14"  # open_clip architecture of the checkpoint
+    model_kwargs: Dict[str, Any] = field(default_factory=dict)  # open_clip config overrides (tiny models in tests)
+
+
+@dataclass
+class PrecisionRecallSettings:
+    """Improved precision and recall (Kynkäänniemi et al. 2019) against the FID reference images."""
+
+    k: int = 3  # the k-th nearest neighbour sets each feature's radius
+    feature: str = (
+        "vgg16"  # vgg16: torchvision VGG-16 fc2 (LANTERN) | <module>:<factory>: (N, 3, 224, 224) uint8 -> (N, D)
+    )
+    weights: Optional[str] = None  # torchvision's vgg16-397923af.pth; default $TORCH_HOME/hub/checkpoints/<its name>
+    batch_size: int = 32
+    bootstrap: int = 2000  # resamples of prompts for precision's paired CI (recall has none: see docs/EVALUATION.md)
+
+
+@dataclass
 class EvalConfig:
     name: str = "auto"
     evaluators: Optional[List[str]] = (
@@ -67,6 +94,8 @@ class EvalConfig:
     inception: InceptionSettings = field(default_factory=InceptionSettings)
     kid: KidSettings = field(default_factory=KidSettings)
     toy: ToySettings = field(default_factory=ToySettings)
+    hpsv2: HpsSettings = field(default_factory=HpsSettings)
+    precision_recall: PrecisionRecallSettings = field(default_factory=PrecisionRecallSettings)
     bootstrap: int = 2000  # resamples of prompts for per-sample metrics' CIs
     stat_seed: int = 0
     floor_seed_offset: int = 1  # the noise floor's second AR run uses seed + this
@@ -100,17 +129,17 @@ def compose_eval(overrides: list[str]) -> EvalConfig:
 
 
 def validate(config: EvalConfig) -> None:
-    from sjdbench.eval.evaluators import EVALUATORS
+    from sjdbench.eval.evaluators import check_evaluator
 
     for name in config.evaluators or []:
-        if name not in EVALUATORS:
-            raise UserError(
-                f"unknown evaluator '{name}' in eval.evaluators; choose from: {', '.join(sorted(EVALUATORS))}"
-            )
+        check_evaluator(name, "eval.evaluators")
     choices = {
         "eval.clip.score": (config.clip.score, ("100max0", "cosine")),
         "eval.clip.image_resize": (config.clip.image_resize, ("none", "bilinear299", "crop_lanczos256")),
         "eval.inception.preprocess": (config.inception.preprocess, ("sjd", "clean", "raw")),
+        "eval.hpsv2.version": (config.hpsv2.version, ("v2.1", "v2.0")),
+        "eval.hpsv2.scale": (config.hpsv2.scale, ("cosine", "100cos")),
+        "eval.hpsv2.precision": (config.hpsv2.precision, ("amp", "fp32")),
     }
     for key, (value, valid) in choices.items():
         if value not in valid:
@@ -127,6 +156,10 @@ def validate(config: EvalConfig) -> None:
         "eval.kid.subset_size": (config.kid.subset_size, 2),
         "eval.kid.degree": (config.kid.degree, 1),
         "eval.kid.bootstrap_subsets": (config.kid.bootstrap_subsets, 1),
+        "eval.hpsv2.batch_size": (config.hpsv2.batch_size, 1),
+        "eval.precision_recall.k": (config.precision_recall.k, 1),
+        "eval.precision_recall.batch_size": (config.precision_recall.batch_size, 1),
+        "eval.precision_recall.bootstrap": (config.precision_recall.bootstrap, 0),
     }
     for key, (count, least) in counts.items():
         if count < least:

@@ -28,7 +28,7 @@ _SUFFIX = re.compile(r"^(?P<objects>.+), on an? (?P<colour>\w+) (?P<texture>\w+)
 _OBJECT = re.compile(
     r"^an? (?P<size>\w+) (?P<colour>\w+) (?P<shape>\w+) "
     r"(?:(?P<absolute>in the center|on the (?:left|right)|at the (?:top|bottom)(?: (?:left|right))?)"
-    r"|(?P<relation>left of|right of|above|below) the (?P<other>\w+))$"
+    rf"|(?P<relation>{'|'.join(RELATIONS)}) the (?P<other>\w+))$"
 )
 
 

@@ -1,6 +1,6 @@
 """The embedded toy model: a small trained LLaMA-style transformer over toy-world patch codes.
 
-`build_toy_adapter()` (the registry's `SPEC.build`) loads the shipped weights from `sjdbench/models/toy/weights/`:
+`build_toy_adapter()` (the registry's `MODEL.build`) loads the shipped weights from `sjdbench/models/toy/weights/`:
     toy_lm.safetensors         transformer weights
     toy_tokenizer.safetensors  k-means patch codebook (K, 48)
     toy.json                   exact model config, layout, caption vocabulary, sampling defaults,
@@ -74,7 +74,7 @@ def build(options: ToyOptions, device: str) -> LlamaImageAdapter:
     state = load_file(str(weights_dir / LM_FILE))
     model.load_state_dict({k: v.float() for k, v in state.items()})
     model.to(device).to_precision(options.torch_dtype(device))
-    tokenizer = PatchTokenizer.load(weights_dir / TOKENIZER_FILE)
+    tokenizer = load_toy_tokenizer(weights_dir)
     h, w = meta["layout"]["grid"]
     eoi = EOI if meta["layout"].get("end_token") else None
     layout = SegmentLayout.grid(h, w, EOL if options.row_end_token else None, eoi)
@@ -145,10 +145,12 @@ def trained_caption_encoder(meta: dict) -> Callable[[str], list[int]]:
 
 
 def load_toy_tokenizer(weights_dir: str | Path | None = None) -> PatchTokenizer:
+    """The k-means patch tokenizer of these weights (None: the shipped ones): what the adapter decodes
+    its codes with."""
     return PatchTokenizer.load(Path(weights_dir or WEIGHTS_DIR) / TOKENIZER_FILE)
 
 
-SPEC = ModelEntry(
+MODEL = ModelEntry(
     ToyOptions,
     build,
     fingerprint=lambda options: weights_fingerprint(options.weights_dir),

@@ -34,9 +34,6 @@ class WordTokenizer:
         unk = self._ids[UNK]
         return [self._ids.get(w, unk) for w in _WORD_RE.findall(text.lower())]
 
-    def unknown_words(self, text: str) -> list[str]:
-        return [w for w in _WORD_RE.findall(text.lower()) if w not in self._ids]
-
 
 def caption_encoder(kind: str, vocab: list[str] | None = None) -> Callable[[str], list[int]]:
     """ "words" (with that vocabulary: the one recorded with the weights) or "chars" (printable ASCII)."""
