@@ -63,10 +63,9 @@ class ProbabilityHistory:
     def growth_mask(self, samples: torch.Tensor, positions: torch.Tensor, observations: int) -> torch.Tensor:
         """M (T, V): the token's probability rose strictly from each of the last `observations`
         observations to the next. Positions with fewer observations get M = 0."""
-        n_obs = observations
-        if n_obs < 2 or n_obs > self.depth:
+        if observations < 2 or observations > self.depth:
             return torch.zeros(positions.shape[0], self.vocab_size, dtype=torch.bool, device=positions.device)
-        recent, valid = self.last(samples, positions, n_obs)  # (T, n_obs, V) newest first
+        recent, valid = self.last(samples, positions, observations)  # (T, observations, V) newest first
         rising = (recent[:, :-1] > recent[:, 1:]).all(dim=1)  # (T, V)
         return rising & valid[:, -1:]
 
@@ -74,12 +73,12 @@ class ProbabilityHistory:
         """(T,) M for one token (T,) at each located (sample, position) (`locate`): `growth_mask(...)[i,
         tokens[i]]`, reading that token's last `observations` probabilities only."""
         entries, count = where
-        n_obs = observations
-        if n_obs < 2 or n_obs > self.depth:
+        if observations < 2 or observations > self.depth:
             return torch.zeros(entries.shape[0], dtype=torch.bool, device=entries.device)
-        slots = entries[:, None] * self.depth + (count[:, None] - 1 - self._back[:n_obs]) % self.depth  # (T, n_obs)
-        recent = self.probs.view(-1).take(slots * self.vocab_size + tokens[:, None])  # (T, n_obs) newest first
-        return (recent[:, :-1] > recent[:, 1:]).all(dim=1) & (count >= n_obs)
+        back = self._back[:observations]
+        slots = entries[:, None] * self.depth + (count[:, None] - 1 - back) % self.depth  # (T, observations)
+        recent = self.probs.view(-1).take(slots * self.vocab_size + tokens[:, None])  # (T, observations) newest first
+        return (recent[:, :-1] > recent[:, 1:]).all(dim=1) & (count >= observations)
 
     def trajectory(self, sample: int, position: int, token: int) -> list[float]:
         """Probabilities of `token` at `position` of one sample, oldest first, over the kept iterations."""

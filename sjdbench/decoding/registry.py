@@ -18,6 +18,7 @@ does not have is still refused by name.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,13 +93,18 @@ def part_knobs(kind: str, name: str) -> tuple[str, ...]:
 
 def knob_defaults(kind: str, name: str) -> dict[str, Any]:
     """A part's name and the defaults of its knobs, as plain values (what the composed tree holds)."""
-    config_cls = _config_class(kind, name)
-    if config_cls is None:
-        return {"name": name}
-    from omegaconf import OmegaConf
+    path = part_yaml(kind, name)
+    return dict(_knob_defaults(kind, name, str(path), path.stat().st_mtime_ns if path is not None else 0))
 
-    defaults = OmegaConf.to_container(OmegaConf.structured(config_cls))
-    return {"name": name, **cast(dict, defaults)}
+
+@functools.lru_cache(maxsize=None)
+def _knob_defaults(kind: str, name: str, path: str, mtime: int) -> tuple[tuple[str, Any], ...]:
+    """knob_defaults, read once per version of the part's YAML (every compose asks)."""
+    config_cls = _config_class(kind, name)
+    knobs: dict[str, Any] = {}
+    for f in dataclasses.fields(config_cls) if config_cls is not None else ():
+        knobs[f.name] = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+    return (("name", name), *knobs.items())
 
 
 def register_knob_defaults() -> None:
@@ -109,7 +115,13 @@ def register_knob_defaults() -> None:
     store = ConfigStore.instance()
     for kind in PART_KINDS:
         for name in part_choices(kind):
-            store.store(group=f"{KNOB_GROUP}/{kind}", name=name, node=knob_defaults(kind, name))
+            node = knob_defaults(kind, name)
+            if _STORED.get((kind, name)) != node:  # every compose asks: store what changed only
+                store.store(group=f"{KNOB_GROUP}/{kind}", name=name, node=node)
+                _STORED[(kind, name)] = node
+
+
+_STORED: dict[tuple[str, str], dict[str, Any]] = {}  # what register_knob_defaults stored, by part
 
 
 def _locate(target: str, where: str) -> type:
