@@ -298,3 +298,13 @@ def test_the_pairing_key_is_the_id_of_the_ar_run():
     for greedy in (False, True):
         assert ar_run_id(facts, greedy=greedy) == run_id(facts, ar_decoder(greedy))
     assert ar_run_id(facts, seed_offset=1) == run_id(dataclasses.replace(facts, seed=4), ar_decoder(False))
+
+
+def test_a_part_that_cannot_be_imported_says_so_even_with_a_knob_set(tmp_path, monkeypatch):
+    conf = tmp_path / "conf" / "decoder" / "verifier"
+    conf.mkdir(parents=True)
+    (conf / "broken.yaml").write_text("# Verifier `broken` (a test).\n_target_: nowhere_module.Broken\n")
+    monkeypatch.setenv("SJDBENCH_CONFIG_PATH", str(tmp_path / "conf"))
+    for overrides in (["decoder/verifier=broken"], ["decoder/verifier=broken", "decoder.verifier.delta=1"]):
+        with pytest.raises(UserError, match="cannot import _target_ 'nowhere_module.Broken'"):
+            compose_run(overrides)

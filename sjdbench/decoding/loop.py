@@ -172,7 +172,6 @@ class Iteration:
     """What one iteration's steps returned, for the one place that takes it in (`BatchDecode.observe`)."""
 
     forward: ForwardPass
-    fresh: list[Drafts]  # per sample: the drafts the init made for its window
     verdicts: list[Verdict]
     decided: list[np.ndarray]  # per sample: the positions it decided
     growth: GrowthFlags | None  # the previous iteration's growth flags, read by this iteration's sync
@@ -297,11 +296,12 @@ class BatchDecode:
     def step(self, unread: GrowthFlags | None) -> GrowthFlags | None:
         """One iteration; `unread`: the last iteration's growth flags, which this one's sync reads.
         Returns this iteration's, for the next."""
-        windows, fresh = self.plan()  # 1. the windows' slots, with the init's fresh drafts
+        windows, fresh = self.plan()  # 1. the windows' slots, and the drafts the init made for them
+        self.pending.put(*fresh)  # they wait with the others
         fed = self.forward(windows)  # 2. one forward; slot i predicts position positions[i] + 1
         verdicts, emitted, growth = self.verify(fed, unread)  # 3. accepted paths and emitted tokens
         decided = self.commit(fed, verdicts, emitted)  # 4. the kept slots into the cache
-        unread = self.observe(Iteration(fed, fresh, verdicts, decided, growth))  # 5. history, init, statistics
+        unread = self.observe(Iteration(fed, verdicts, decided, growth))  # 5. history, init, statistics
         proposed = self.propose(fed, verdicts)  # 6. next drafts past where each walk stopped
         if proposed is not None:
             self.pending.put(*proposed)
@@ -322,10 +322,10 @@ class BatchDecode:
             state.request.generator,
         )
 
-    def plan(self) -> tuple[list[Window], list[Drafts]]:
-        """Each sample's window: the topology's layout, the drafts it wants, the window with them in
-        place. Returns the windows and, per sample, the fresh drafts the init made (they wait with the
-        others from this iteration's observation on)."""
+    def plan(self) -> tuple[list[Window], tuple[np.ndarray, Drafts]]:
+        """Each sample's window: the topology's layout, the drafts it wants (the waiting ones, and fresh
+        ones the init drafts where none waits), the window with them in place. Returns the windows and
+        the fresh drafts with the batch index of each."""
         windows, fresh = [], []
         for b in range(len(self.samples)):
             view = self.view(b)
@@ -333,7 +333,7 @@ class BatchDecode:
             drafts, new = self.drafts_at(view, layout.wanted)
             windows.append(self.topology.place(layout, drafts, view))
             fresh.append(new)
-        return windows, fresh
+        return windows, (np.repeat(np.arange(len(fresh)), [len(f) for f in fresh]), Drafts.cat(fresh))
 
     def drafts_at(self, sample: SampleView, positions: np.ndarray) -> tuple[Drafts, Drafts]:
         """The drafts for `positions` (ascending): those waiting there, and fresh ones the init drafts
@@ -444,15 +444,13 @@ class BatchDecode:
         return decided
 
     def observe(self, it: Iteration) -> GrowthFlags | None:
-        """The one place an iteration enters what outlives it: the init's fresh drafts wait with the
-        others; the distributions of the realized positions (one per distinct target) enter the history
-        and the init; the recorder gets one record of what the verifier decided on, the tokens decided
-        and the trajectories traced. Returns the growth flags of this iteration's tests (device values,
-        read with the next host sync)."""
+        """The one place an iteration enters the history, the init and the recorder: the distributions
+        of the realized positions (one per distinct target) enter the history and the init; the
+        recorder gets one record of what the verifier decided on, the tokens decided and the
+        trajectories traced. Returns the growth flags of this iteration's tests (device values, read
+        with the next host sync)."""
         fed, verdicts, device, history, init = it.forward, it.verdicts, self.device, self.history, self.decoder.init
         windows = fed.windows
-        if any(len(f) for f in it.fresh):
-            self.pending.put(np.repeat(np.arange(len(it.fresh)), [len(f) for f in it.fresh]), Drafts.cat(it.fresh))
         if history is not None or init.reads_p:
             real_b = _cat([np.full(len(v.realized), b) for b, v in enumerate(verdicts)])
             real_slot = _cat([v.realized for v in verdicts])
@@ -529,7 +527,7 @@ class BatchDecode:
 
     def propose(self, fed: ForwardPass, verdicts: list[Verdict]) -> tuple[np.ndarray, Drafts] | None:
         """The sources' p become next drafts at their targets, for every sample at once. Returns the
-        drafts and the batch index of each (None when no position is left to draft)."""
+        batch index of each and the drafts (None when no position is left to draft)."""
         samples, sources, waiting_nodes = [], [], []
         for b, (w, v, state) in enumerate(zip(fed.windows, verdicts, self.in_batch())):
             src, waits = v.sources, v.waiting

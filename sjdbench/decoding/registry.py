@@ -97,28 +97,33 @@ def knob_defaults(kind: str, name: str) -> dict[str, Any]:
     return dict(_knob_defaults(kind, name, str(path), path.stat().st_mtime_ns if path is not None else 0))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _knob_defaults(kind: str, name: str, path: str, mtime: int) -> tuple[tuple[str, Any], ...]:
     """knob_defaults, read once per version of the part's YAML (every compose asks)."""
     config_cls = _config_class(kind, name)
-    knobs: dict[str, Any] = {}
-    for f in dataclasses.fields(config_cls) if config_cls is not None else ():
-        knobs[f.name] = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
-    return (("name", name), *knobs.items())
+    if config_cls is None:
+        return (("name", name),)
+    defaults = config_cls()  # every knob has a default (a part is built from its config's defaults)
+    return (("name", name), *((f.name, getattr(defaults, f.name)) for f in dataclasses.fields(defaults)))
 
 
 def register_knob_defaults() -> None:
     """Store every registered part's name and knob defaults in Hydra's ConfigStore, as
     `decoder_knobs/<kind>/<name>`: the root config merges the chosen part's under `decoder.<kind>`."""
     from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
 
     store = ConfigStore.instance()
     for kind in PART_KINDS:
         for name in part_choices(kind):
             node = knob_defaults(kind, name)
-            if _STORED.get((kind, name)) != node:  # every compose asks: store what changed only
-                store.store(group=f"{KNOB_GROUP}/{kind}", name=name, node=node)
-                _STORED[(kind, name)] = node
+            if _STORED.get((kind, name)) == node:  # every compose asks: store what changed only
+                continue
+            known = OmegaConf.create(node)
+            if _config_class(kind, name) is None:  # a part that cannot be imported: any knob composes, and
+                OmegaConf.set_struct(known, False)  # resolving the part then says why it cannot load
+            store.store(group=f"{KNOB_GROUP}/{kind}", name=name, node=known)
+            _STORED[(kind, name)] = node
 
 
 _STORED: dict[tuple[str, str], dict[str, Any]] = {}  # what register_knob_defaults stored, by part
