@@ -44,8 +44,8 @@ def test_a_new_statistic_is_one_entry_and_the_code_that_counts_it(monkeypatch):
         "drafter_forwards",
         Total(counter),
         "drafter forwards over the run",
-        "drafter forwards",
-        "draft fw",
+        header="drafter forwards",
+        short="draft fw",
         digits=0,
         shown=(CLI,),
     )
