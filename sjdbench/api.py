@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from sjdbench.decoder_identity import PART_KINDS
+
 if TYPE_CHECKING:
     import pandas as pd
     import torch
@@ -37,8 +39,6 @@ if TYPE_CHECKING:
 
     from sjdbench.adapter import ImageARAdapter
     from sjdbench.decoding.build import ResolvedDecoder
-
-PART_KINDS = ("proposal", "verifier", "init", "topology")
 
 
 def _hydra_value(value: Any) -> str:

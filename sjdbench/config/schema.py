@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, cast
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from sjdbench.decoder_identity import PART_KINDS
+from sjdbench.decoding.settings import DecodeSettings
 from sjdbench.errors import UserError
 from sjdbench.models.options import TOP_LEVEL, fold_top_level
 from sjdbench.paths import conf_dir, config_dirs
@@ -29,13 +31,6 @@ from sjdbench.runkey import SAMPLING_KEYS
 
 if TYPE_CHECKING:
     from sjdbench.decoding.build import ResolvedDecoder
-
-
-def _part_kinds() -> tuple[str, ...]:
-    """The decoder part kinds (decoding.parts.KINDS; imported on use: it brings torch)."""
-    from sjdbench.decoding.parts import KINDS
-
-    return KINDS
 
 
 @dataclass
@@ -69,14 +64,14 @@ class DecoderConfig:
     live under its key (decoder.verifier.delta) and are checked against the part's own dataclass."""
 
     name: str = "sjd"  # the preset; labels compare against it, run ids never include it
-    window: int = 16  # W; 1 = autoregressive
+    window: int = DecodeSettings.window  # the decoder-wide settings: their defaults and meaning in DecodeSettings
     proposal: Dict[str, Any] = field(default_factory=dict)
     verifier: Dict[str, Any] = field(default_factory=dict)
     init: Dict[str, Any] = field(default_factory=dict)
     topology: Dict[str, Any] = field(default_factory=dict)  # the window's shape; empty = chain
-    growth_steps: int = 3  # N of the consecutive-growth mask (VP and the statistics)
-    growth_reading: str = "increases"  # increases: N strict increases | observations: N observations
-    trace_positions: int = 8  # probability trajectories recorded per sample (not part of the run id)
+    growth_steps: int = DecodeSettings.growth_steps
+    growth_reading: str = DecodeSettings.growth_reading
+    trace_positions: int = DecodeSettings.trace_positions
 
 
 @dataclass
@@ -154,7 +149,7 @@ MOVED_KEYS = {
 def normalize_overrides(words: list[str]) -> list[str]:
     """Accept `decoder.verifier=lantern` for `decoder/verifier=lantern` (choosing a part), and name
     the new home of keys from the previous decoder schema."""
-    kinds = _part_kinds()
+    kinds = PART_KINDS
     out = []
     for word in words:
         key, eq, value = word.partition("=")
@@ -222,10 +217,14 @@ def _first_line(error: Exception) -> str:
 
 
 def register_schema() -> None:
-    """The typed schema is the first default of config.yaml, so every key exists at compose time."""
+    """The typed schema is the first default of config.yaml, so every key exists at compose time; the
+    parts' knob defaults are stored beside it (decoding.registry.register_knob_defaults)."""
     from hydra.core.config_store import ConfigStore
 
+    from sjdbench.decoding.registry import register_knob_defaults
+
     ConfigStore.instance().store(name="sjdbench_schema", node=RunConfig)
+    register_knob_defaults()
 
 
 def _two_lines(error: Exception) -> str:
@@ -243,7 +242,7 @@ def _two_lines(error: Exception) -> str:
 
 def _unknown_key_message(key: str) -> str:
     parts = key.split(".")
-    if len(parts) >= 3 and parts[0] == "decoder" and parts[1] in _part_kinds():
+    if len(parts) >= 3 and parts[0] == "decoder" and parts[1] in PART_KINDS:
         kind, knob = parts[1], parts[2]
         owners = [name for name in group_choices(f"decoder/{kind}") if _part_has_knob(kind, name, knob)]
         hint = f"; {knob} belongs to {kind} {', '.join(owners)} (decoder/{kind}={owners[0]})" if owners else ""
@@ -252,12 +251,9 @@ def _unknown_key_message(key: str) -> str:
 
 
 def _part_has_knob(kind: str, name: str, knob: str) -> bool:
-    import yaml
+    from sjdbench.decoding.registry import part_knobs
 
-    from sjdbench.decoding.registry import part_yaml
-
-    path = part_yaml(kind, name)
-    return bool(path and knob in (yaml.safe_load(path.read_text()) or {}))
+    return knob in part_knobs(kind, name)
 
 
 def compose_raw(overrides: list[str], config_name: str = "config") -> Any:
