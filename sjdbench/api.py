@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from sjdbench.decoder_identity import PART_KINDS
 from sjdbench.errors import UserError
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 
     from sjdbench.adapter import ImageARAdapter
     from sjdbench.decoding.build import ResolvedDecoder
-
-PART_KINDS = ("proposal", "verifier", "init", "topology")
 
 
 def _hydra_value(value: Any) -> str:

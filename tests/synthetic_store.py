@@ -18,8 +18,10 @@ from PIL import Image
 
 from sjdbench.config import compose_run, decoder_spec
 from sjdbench.config.identity import family, label
-from sjdbench.decoding.recorder import GROWTH as GROWTH_COUNTS
 from sjdbench.results.summary import summarize
+from sjdbench.statistics_table import counters
+
+GROWTH_COUNTS = [c.name for c in counters() if c.name.startswith(("growth_", "verify_"))]  # the six growth counters
 
 AR_LATENCY = [1.0, 2.0, 1.5, 3.0, 2.5]  # per prompt (5 prompts, 1 sample each)
 ENV = {

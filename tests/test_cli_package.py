@@ -109,6 +109,8 @@ LAYERS = (
         "sjdbench.adapter",
         "sjdbench.runkey",
         "sjdbench.machine",
+        "sjdbench.statistics_table",
+        "sjdbench.decoder_identity",
     ),
     ("sjdbench.data", "sjdbench.decoding", "sjdbench.models"),
     ("sjdbench.toyworld", "sjdbench.exactness", "sjdbench.results", "sjdbench.reference"),

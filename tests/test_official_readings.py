@@ -18,7 +18,7 @@ import torch
 from sjdbench.config import compose_run, decoder_spec
 from sjdbench.config.identity import label, run_id_for
 from sjdbench.decoding.loop import Decoder, jacobi_decode
-from sjdbench.decoding.parts import Carried, ProposalContext
+from sjdbench.decoding.parts import ProposalContext, WaitingDrafts
 from sjdbench.decoding.proposals.coupled import CoupledConfig, CoupledProposal
 from sjdbench.decoding.randomness import Draws
 from sjdbench.decoding.registry import resolve_part
@@ -368,27 +368,27 @@ def test_lantern_reading_knob_and_the_old_zero_on_spelling():
 # -- MC-SJD ---------------------------------------------------------------------------------------
 
 
-def coupled_case() -> tuple[torch.Tensor, Carried]:
+def coupled_case() -> tuple[torch.Tensor, WaitingDrafts]:
     """3 slots: a draft kept for sure (p(d) >= q_old(d)), one replaced for sure (p(d) = 0), and the
     window's last slot without a draft."""
     p = torch.tensor([[0.6, 0.3, 0.1, 0.0], [0.0, 0.5, 0.3, 0.2], [0.25, 0.25, 0.25, 0.25]])
     old_q = torch.tensor([[0.2, 0.4, 0.4, 0.0], [0.7, 0.1, 0.1, 0.1], [0.0, 0.0, 0.0, 0.0]])
-    return p, Carried(torch.tensor([0, 0, 0]), old_q, torch.tensor([True, True, False]))
+    return p, WaitingDrafts(torch.tensor([0, 0, 0]), old_q, torch.tensor([True, True, False]))
 
 
 def propose(reference: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    p, carried = coupled_case()
+    p, waiting = coupled_case()
     draws = Draws.single(torch.Generator().manual_seed(seed), 3, torch.device("cpu"))
     ctx = ProposalContext(torch.zeros(3, dtype=torch.long), torch.arange(3), None, None, draws)
-    return CoupledProposal(CoupledConfig(reference=reference)).propose(p, carried, ctx)
+    return CoupledProposal(CoupledConfig(reference=reference)).propose(p, waiting, ctx)
 
 
 def test_mc_sjd_official_reference_keeps_the_old_q_of_a_kept_draft():
-    p, carried = coupled_case()
+    p, waiting = coupled_case()
     for seed in range(20):
         drafts, refs = propose("old_q", seed)
         assert drafts[0] == 0 and drafts[1] != 0  # kept / replaced by the residual [p - q_old]_+
-        assert torch.equal(refs[0], carried.refs[0])  # kept: the old reference
+        assert torch.equal(refs[0], waiting.refs[0])  # kept: the old reference
         assert torch.equal(refs[1], p[1]) and torch.equal(refs[2], p[2])  # replaced, fresh: p
         ours_drafts, ours_refs = propose("new_p", seed)
         assert torch.equal(ours_drafts, drafts)  # the same coupling: only the stored reference differs
@@ -418,11 +418,11 @@ class RecordingVerifier(ExactVerifier):
 class RecordingCoupled(CoupledProposal):
     def __init__(self) -> None:
         super().__init__()
-        self.seen: list[Carried] = []
+        self.seen: list[WaitingDrafts] = []
 
-    def propose(self, p, carried, ctx):
-        self.seen.append(Carried(carried.drafts.clone(), carried.refs.clone(), carried.has_old.clone()))
-        return super().propose(p, carried, ctx)
+    def propose(self, p, waiting, ctx):
+        self.seen.append(WaitingDrafts(waiting.drafts.clone(), waiting.refs.clone(), waiting.has_old.clone()))
+        return super().propose(p, waiting, ctx)
 
 
 def test_mc_sjd_every_slot_past_the_first_rejection_is_coupled():
@@ -444,10 +444,10 @@ def test_mc_sjd_every_slot_past_the_first_rejection_is_coupled():
         k = int(passed.long().cumprod(0).sum())
         if k == len(drafts):  # every draft passed: the window is committed whole, nothing is proposed
             continue
-        carried = next(calls)
+        waiting = next(calls)
         rest = drafts[k + 1 :]  # the slots after the rejected one
-        assert torch.equal(carried.drafts[: len(rest)], rest)
-        assert carried.has_old.tolist() == [True] * len(rest) + [False]
+        assert torch.equal(waiting.drafts[: len(rest)], rest)
+        assert waiting.has_old.tolist() == [True] * len(rest) + [False]
         coupled_past_rejection += len(rest)
     assert coupled_past_rejection > 50
 

@@ -215,20 +215,21 @@ def our_verify(topology: TreeTopology, window: Window, p: torch.Tensor, seed: in
 
 def make_window(tokens, positions, parent, sibling, refs) -> Window:
     L = len(parent)
-    nodes = Drafts.made(np.asarray(positions[1:], dtype=np.int64), tokens[1:], refs[1:], refs.shape[-1], fresh=False)
+    nodes = Drafts.new(np.asarray(positions[1:], dtype=np.int64), tokens[1:], refs[1:], refs.shape[-1], fresh=False)
     roots = np.zeros(L, dtype=bool)
     roots[0] = True
     return Window(
-        tokens,
         np.asarray(positions, dtype=np.int64),
         parent,
         sibling,
         np.asarray(positions, dtype=np.int64),
-        nodes,
+        tokens[:1],
         roots,
         roots.copy(),
         torch.from_numpy(ancestor_mask(parent)),
-        nodes.select(np.zeros(0, dtype=np.int64)),
+        np.unique(np.asarray(positions[1:], dtype=np.int64)),
+        tokens=tokens,
+        nodes=nodes,
     )
 
 

@@ -211,16 +211,16 @@ def plan_tree(adapter, topology: TreeTopology, window: int, state_after: int = 1
         constants.forced,
         adapter.image_token_ids,
         PendingDrafts(1, window, V, adapter.device, torch.float32),
-        init,
-        init.begin(ctx),
         torch.Generator().manual_seed(0),
-        V,
     )
-    return topology.plan(view, window), view
+    layout = topology.plan(view, window)  # nothing waits yet: the init drafts every wanted position
+    drafted, refs = init.fill(init.begin(ctx), view, layout.wanted)
+    fresh = Drafts.new(layout.wanted, drafted, refs, V, fresh=True)
+    return topology.place(layout, fresh, view), fresh
 
 
 def test_tree_plan_shape_mask_positions_and_siblings(debug):
-    window, _ = plan_tree(debug, TreeTopology(TreeConfig(width=3, depth=3)), 30)
+    window, fresh = plan_tree(debug, TreeTopology(TreeConfig(width=3, depth=3)), 30)
     assert len(window) == 30 and tree_size([3, 3]) == 13
     depth = window.depth
     assert (np.bincount(depth)[:3] == [1, 3, 9]).all() and (np.bincount(depth)[3:] == 1).all()
@@ -246,9 +246,9 @@ def test_tree_plan_shape_mask_positions_and_siblings(debug):
             assert float(refs[k, toks[:k]].sum()) == 0.0, "a sibling's q excludes the earlier siblings"
     # the root's children are the same tokens under every parent of a level
     assert [int(window.tokens[c]) for c in kids[kids[0][0]]] == [int(window.tokens[c]) for c in kids[kids[0][1]]]
-    # every sibling-0 draft is the chain draft of its position (here the init's, which the plan returns)
+    # every sibling-0 draft is the chain draft of its position (here the init's, which plan_tree returns)
     first = [c for c in range(len(window)) if window.parent[c] >= 0 and window.sibling[c] == 0]
-    drafted = dict(zip(window.filled.positions.tolist(), window.filled.tokens.tolist()))
+    drafted = dict(zip(fresh.positions.tolist(), fresh.tokens.tolist()))
     assert all(int(window.tokens[c]) == drafted[int(window.positions[c])] for c in first)
 
 
@@ -272,18 +272,19 @@ def star(p_tokens: list[int], q_tokens: list[int], V: int = 8) -> tuple[Window, 
     parent = np.array([-1] + [0] * K + list(range(1, K + 1)))
     sibling = np.array([0] + list(range(K)) + [0] * K)
     drafts = torch.tensor(q_tokens + p_tokens)
-    nodes = Drafts.made(np.array([1] * K + [2] * K), drafts, one_hot(drafts, V), V, fresh=False)
+    nodes = Drafts.new(np.array([1] * K + [2] * K), drafts, one_hot(drafts, V), V, fresh=False)
     window = Window(
-        torch.cat([torch.tensor([0]), drafts]),
         np.array([0] + [1] * K + [2] * K),
         parent,
         sibling,
         np.array([0] + [1] * K + [2] * K),
-        nodes,
+        torch.tensor([0]),
         np.array([True] + [False] * 2 * K),
         np.array([True] + [False] * 2 * K),
         torch.from_numpy(ancestor_mask(parent)),
-        nodes.select(np.zeros(0, dtype=np.int64)),
+        np.array([1, 2]),
+        tokens=torch.cat([torch.tensor([0]), drafts]),
+        nodes=nodes,
     )
     return window, parent
 

@@ -7,6 +7,7 @@ import torch
 
 from sjdbench.decoding.history import ProbabilityHistory
 from sjdbench.decoding.proposals.vp import VPConfig, ewa_reference, fuse
+from sjdbench.decoding.settings import DecodeSettings
 
 ONE = torch.tensor([0])  # sample 0 of a batch of one
 
@@ -40,18 +41,24 @@ def test_ewa_reference_uses_only_available_history():
     assert has.tolist() == [False]
 
 
+def observations(steps: int, reading: str = "increases") -> int:
+    """The observations growth over N = steps needs in that reading (what the loop asks the history)."""
+    return DecodeSettings(growth_steps=steps, growth_reading=reading).growth_observations
+
+
 def test_growth_mask_both_readings():
     history = history_with(TRAJ)
     pos = torch.tensor([0])
     # N = 3 strict increases need 4 observations: only token 0 rose 0.1<0.2<0.3<0.4
-    assert history.growth_mask(ONE, pos, 3).tolist() == [[True, False, False]]
+    assert observations(3) == 4 and history.growth_mask(ONE, pos, observations(3)).tolist() == [[True, False, False]]
     # N = 4 increases needs 5 observations: none yet
-    assert history.growth_mask(ONE, pos, 4).tolist() == [[False, False, False]]
+    assert history.growth_mask(ONE, pos, observations(4)).tolist() == [[False, False, False]]
     # "N observations" reading: N = 3 -> last 3 observations, 2 increases
-    assert history.growth_mask(ONE, pos, 3, strict_increases=False).tolist() == [[True, False, False]]
+    assert observations(3, "observations") == 3
+    assert history.growth_mask(ONE, pos, observations(3, "observations")).tolist() == [[True, False, False]]
     # a tie is not growth: token 1 went 0.5 -> 0.5
     tied = history_with([[0.2, 0.5, 0.3], [0.3, 0.5, 0.2]])
-    assert tied.growth_mask(ONE, pos, 1).tolist() == [[True, False, False]]
+    assert tied.growth_mask(ONE, pos, observations(1)).tolist() == [[True, False, False]]
 
 
 def test_history_rows_are_positions_modulo_the_ring():

@@ -1,5 +1,7 @@
 """The tables `run` and `sweep` print: each run's headline numbers, with its speedup over its AR
-baseline (sjdbench.results.pairing, as `report` and `eval` print it) and the N prompts it pairs."""
+baseline (sjdbench.results.pairing, as `report` and `eval` print it) and the N prompts it pairs.
+The columns and the legend are the statistics table's (sjdbench/statistics_table.py, those shown on
+the terminal)."""
 
 from __future__ import annotations
 
@@ -8,33 +10,24 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.table import Table
 
+from sjdbench.statistics_table import CLI, columned
+from sjdbench.statistics_table import legend as statistics_legend
+
 if TYPE_CHECKING:  # the command line imports nothing heavy until a command runs
     from sjdbench.results.pairing import Speedup
 
-LEGEND = (
-    "step x = AR tokens / NFE; accept = accepted / verified drafts (acc.old: without fresh init drafts); "
-    "len = tokens per iteration; growth = accepted drafts that rose N iterations running; "
-    "sec = latency per image (! = some timed on a busy machine; '-' in a batch, where a sample's own time "
-    "means nothing); B = batch size; img/s = images per decoding second"
-)
 SPEED_LEGEND = (
     "; vs AR = AR latency / latency, geometric mean over the N paired prompts [95 % bootstrap CI] "
     "(batched: img/s / AR's img/s at the same B) (~ = not timed side by side with AR)"
 )
-COLUMNS = [
-    ("decoder", "decoder", 0),
-    ("W", "window", 0),
-    ("n", "n_samples", 0),
-    ("NFE", "nfe_mean", 1),
-    ("step x", "step_compression", 2),
-    ("accept", "acceptance_rate", 2),
-    ("acc.old", "acceptance_rate_no_fresh", 2),
-    ("len", "mean_accepted_length", 2),
-    ("growth", "growth_share", 2),
-    ("sec", "latency_s_mean", 3),
-    ("B", "batch_size", 0),
-    ("img/s", "images_per_s", 2),
-]
+BUSY_MARKED = "latency_s_mean"  # its cells get `!` where some samples were timed on a busy machine
+
+
+def columns() -> list[tuple[str, str, int]]:
+    """(header, summary key, digits) of each column: the decoder and its window, then every statistic
+    the statistics table shows on the terminal."""
+    shown = [(s.column, s.name, s.digits) for s in columned(CLI)]
+    return [("decoder", "decoder", 0), ("W", "window", 0), *shown]
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -58,17 +51,19 @@ def summary_table(
 ) -> Table:
     """The runs' headline numbers; narrow enough for an 80-column terminal without speedups. Latencies
     taken on a busy machine are marked `!`; `marks` adds per-run marks to the speedup (`~`, `!`)."""
-    legend = LEGEND + (SPEED_LEGEND if speedups is not None else "")
+    legend = statistics_legend(CLI) + (SPEED_LEGEND if speedups is not None else "")
     table = Table(
         title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, caption=legend, caption_justify="left"
     )
-    headers = [h for h, _, _ in COLUMNS] + (["vs AR [95% CI]", "N"] if speedups is not None else [])
+    shown = columns()
+    headers = [h for h, _, _ in shown] + (["vs AR [95% CI]", "N"] if speedups is not None else [])
     for header in headers:
         table.add_column(header, justify="left" if header == "decoder" else "right", no_wrap=True)
     for summary in summaries:
-        cells = [_fmt(summary.get(key), digits) for _, key, digits in COLUMNS]
-        if summary.get("busy_samples"):
-            cells[COLUMNS.index(("sec", "latency_s_mean", 3))] += "!"
+        cells = [_fmt(summary.get(key), digits) for _, key, digits in shown]
+        keys = [key for _, key, _ in shown]
+        if summary.get("busy_samples") and BUSY_MARKED in keys:
+            cells[keys.index(BUSY_MARKED)] += "!"
         if speedups is not None:
             run_id = summary.get("run_id")
             if run_id is None:  # no run id: no speedup of its own

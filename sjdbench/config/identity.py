@@ -22,8 +22,8 @@ import functools
 from dataclasses import asdict
 
 from sjdbench.config.schema import RunConfig, compose_run, decoder_spec, group_choices
+from sjdbench.decoder_identity import PART_KINDS
 from sjdbench.decoding.build import ResolvedDecoder
-from sjdbench.decoding.parts import KINDS
 from sjdbench.runkey import SampleFacts, hashed_run_id
 
 
@@ -77,7 +77,7 @@ def _part_names(spec: ResolvedDecoder) -> tuple:
     def names(part) -> tuple:
         return (part.name, *(n for child in part.children.values() for n in names(child)))
 
-    return tuple(n for kind in KINDS for n in names(getattr(spec, kind)))
+    return tuple(n for kind in PART_KINDS for n in names(getattr(spec, kind)))
 
 
 def family(spec: ResolvedDecoder) -> str:
@@ -118,7 +118,7 @@ def label(config: RunConfig, spec: ResolvedDecoder | None = None) -> str:
         changes.append(f"N={spec.growth_steps}")
     if spec.growth_reading != base.growth_reading:
         changes.append(f"reading={spec.growth_reading}")
-    for kind in KINDS:
+    for kind in PART_KINDS:
         mine, theirs = getattr(spec, kind), getattr(base, kind)
         if mine.name == theirs.name:
             changes.extend(mine.label_knobs(theirs))

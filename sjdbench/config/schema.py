@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, cast
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from sjdbench.decoder_identity import PART_KINDS
+from sjdbench.decoding.settings import DecodeSettings
 from sjdbench.errors import UserError, type_error_text
 from sjdbench.models.options import TOP_LEVEL, fold_top_level
 from sjdbench.paths import conf_dir, config_dirs
@@ -36,13 +38,6 @@ from sjdbench.runkey import SAMPLING_KEYS
 if TYPE_CHECKING:
     from sjdbench.decoding.build import ResolvedDecoder
     from sjdbench.decoding.registry import ResolvedPart
-
-
-def _part_kinds() -> tuple[str, ...]:
-    """The decoder part kinds (decoding.parts.KINDS; imported on use: it brings torch)."""
-    from sjdbench.decoding.parts import KINDS
-
-    return KINDS
 
 
 @dataclass
@@ -76,14 +71,14 @@ class DecoderConfig:
     live under its key (decoder.verifier.delta) and are checked against the part's own dataclass."""
 
     name: str = "sjd"  # the preset; labels compare against it, run ids never include it
-    window: int = 16  # W; 1 = autoregressive
+    window: int = DecodeSettings.window  # the decoder-wide settings: their defaults and meaning in DecodeSettings
     proposal: Dict[str, Any] = field(default_factory=dict)
     verifier: Dict[str, Any] = field(default_factory=dict)
     init: Dict[str, Any] = field(default_factory=dict)
     topology: Dict[str, Any] = field(default_factory=dict)  # the window's shape; empty = chain
-    growth_steps: int = 3  # N of the consecutive-growth mask (VP and the statistics)
-    growth_reading: str = "increases"  # increases: N strict increases | observations: N observations
-    trace_positions: int = 8  # probability trajectories recorded per sample (not part of the run id)
+    growth_steps: int = DecodeSettings.growth_steps
+    growth_reading: str = DecodeSettings.growth_reading
+    trace_positions: int = DecodeSettings.trace_positions
 
 
 @dataclass
@@ -165,7 +160,7 @@ def normalize_overrides(words: list[str], repeats: bool = False) -> list[str]:
     unless `repeats`, a key given twice (`refuse_repeated`). Words people type come through here
     (run, sweep, the Python API); `compose_raw` allows repeats, where sjdbench's own code sets a key
     again on purpose (a sweep job pins the device and the store after the point's words)."""
-    kinds = _part_kinds()
+    kinds = PART_KINDS
     out = []
     for word in words:
         key, eq, value = word.partition("=")
@@ -279,10 +274,14 @@ def _first_line(error: Exception) -> str:
 
 
 def register_schema() -> None:
-    """The typed schema is the first default of config.yaml, so every key exists at compose time."""
+    """The typed schema is the first default of config.yaml, so every key exists at compose time; the
+    parts' knob defaults are stored beside it (decoding.registry.register_knob_defaults)."""
     from hydra.core.config_store import ConfigStore
 
+    from sjdbench.decoding.registry import register_knob_defaults
+
     ConfigStore.instance().store(name="sjdbench_schema", node=RunConfig)
+    register_knob_defaults()
 
 
 def _two_lines(error: Exception) -> str:
@@ -300,7 +299,7 @@ def _two_lines(error: Exception) -> str:
 
 def _unknown_key_message(key: str) -> str:
     parts = key.split(".")
-    if len(parts) >= 3 and parts[0] == "decoder" and parts[1] in _part_kinds():
+    if len(parts) >= 3 and parts[0] == "decoder" and parts[1] in PART_KINDS:
         kind, knob = parts[1], parts[2]
         owners = [name for name in group_choices(f"decoder/{kind}") if _part_has_knob(kind, name, knob)]
         hint = f"; {knob} belongs to {kind} {', '.join(owners)} (decoder/{kind}={owners[0]})" if owners else ""
@@ -309,12 +308,9 @@ def _unknown_key_message(key: str) -> str:
 
 
 def _part_has_knob(kind: str, name: str, knob: str) -> bool:
-    import yaml
+    from sjdbench.decoding.registry import part_knobs
 
-    from sjdbench.decoding.registry import part_yaml
-
-    path = part_yaml(kind, name)
-    return bool(path and knob in (yaml.safe_load(path.read_text()) or {}))
+    return knob in part_knobs(kind, name)
 
 
 def compose_raw(overrides: list[str], config_name: str = "config") -> Any:
@@ -471,21 +467,10 @@ def check_config(config: RunConfig) -> ResolvedDecoder:
 
 
 def check_decoder(decoder: ResolvedDecoder) -> None:
-    """The decoder's settings and every knob of every part and nested part: NaN or inf in a float
-    knob (a NaN slips through every `x < 0` test), then the part's own ranges (`PartConfig.check`,
-    written beside the knobs), each refused in one line that names the key."""
-    from sjdbench.decoding.build import GROWTH_READINGS
-
-    if decoder.window < 1:
-        raise UserError(f"decoder.window must be >= 1 (1 = autoregressive), got {decoder.window}")
-    if decoder.growth_steps < 1:
-        raise UserError(f"decoder.growth_steps must be >= 1, got {decoder.growth_steps}")
-    if decoder.growth_reading not in GROWTH_READINGS:
-        raise UserError(
-            f"unknown decoder.growth_reading '{decoder.growth_reading}'; choose one of: {', '.join(GROWTH_READINGS)}"
-        )
-    if decoder.trace_positions < 0:
-        raise UserError(f"decoder.trace_positions must be >= 0, got {decoder.trace_positions}")
+    """Every knob of every part and nested part: NaN or inf in a float knob (a NaN slips through
+    every `x < 0` test), then the part's own ranges (`PartConfig.check`, written beside the knobs),
+    each refused in one line that names the key. (The decoder-wide settings, window, growth_steps,
+    growth_reading and trace_positions, check themselves as they are made: `DecodeSettings`.)"""
 
     def visit(part: ResolvedPart, where: str) -> None:
         for knob, value in part.knobs().items():

@@ -1,1 +1,1 @@
-"""Decoding: one loop (loop.py) and its composable parts (proposal x verifier x init)."""
+"""Decoding: one loop (loop.py) and its composable parts (proposal x verifier x init x topology)."""

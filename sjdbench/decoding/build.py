@@ -1,5 +1,5 @@
-"""From a decoder config to a `ResolvedDecoder` (resolved parts: what run ids hash and labels name) and
-from a spec to a runnable `Decoder` (parts built against a model).
+"""From a decoder config to a `ResolvedDecoder` (its settings and resolved parts: what run ids hash and
+labels name) and from a resolved decoder to a runnable `Decoder` (parts built against a model).
 
 Resolution happens at config time, before any model loads, so every unknown part, unknown knob and
 out-of-range value fails with one line; building needs the adapter only for what a part reads from
@@ -9,43 +9,48 @@ the model (LANTERN's codebook, GSD's embeddings).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Mapping, cast
 
+from sjdbench.decoder_identity import AR_WINDOW, DEFAULT_TOPOLOGY, GREEDY_VERIFIER, PART_KINDS, is_ar, is_greedy
 from sjdbench.decoding.loop import Decoder
-from sjdbench.decoding.parts import KINDS, Verifier
+from sjdbench.decoding.parts import Verifier
 from sjdbench.decoding.registry import ResolvedPart, default_part, resolve_part
+from sjdbench.decoding.settings import DecodeSettings
+from sjdbench.errors import UserError
+from sjdbench.runkey import ar_identity
 
-GROWTH_READINGS = ("increases", "observations")
 AR_PARTS = {
     "proposal": "resample",
     "verifier": "exact",
     "init": "random",
-    "topology": "chain",
+    "topology": DEFAULT_TOPOLOGY,
 }  # what W = 1 needs (greedy: argmax AR)
-DEFAULT_TOPOLOGY = "chain"  # a decoder config that names no topology has SJD's one-row window
 
 
-@dataclass(frozen=True)
-class ResolvedDecoder:
-    window: int
+@dataclass(frozen=True, kw_only=True)
+class ResolvedDecoder(DecodeSettings):
+    """A decoder before any model loads: its settings and one resolved part of each kind."""
+
     proposal: ResolvedPart
     verifier: ResolvedPart
     init: ResolvedPart
     topology: ResolvedPart  # resolve_decoder always sets it (chain when the config names none)
-    growth_steps: int = 3
-    growth_reading: str = "increases"
-    trace_positions: int = 8
+
+    @classmethod
+    def of(cls, settings: DecodeSettings, parts: Mapping[str, ResolvedPart]) -> ResolvedDecoder:
+        """These settings with these parts (one of each kind)."""
+        return cls(**settings.setting_values(), **cast("dict[str, Any]", parts))
 
     @property
     def is_ar(self) -> bool:
-        return self.window == 1
+        return is_ar(self.identity())
 
     @property
     def greedy(self) -> bool:
-        return bool(cast(type[Verifier], self.verifier.cls).greedy)
+        return is_greedy(self.identity())
 
     def parts(self) -> dict[str, ResolvedPart]:
-        return {kind: getattr(self, kind) for kind in KINDS}
+        return {kind: getattr(self, kind) for kind in PART_KINDS}
 
     def lossless(self) -> bool:
         """Whether the decoder keeps AR's distribution: AR itself, or every part says it does with
@@ -56,30 +61,31 @@ class ResolvedDecoder:
     def identity(self) -> dict[str, Any]:
         """What changes the samples and the recorded statistics, and nothing else.
 
-        AR (W = 1) has no drafts: only whether it is greedy matters. A windowed decoder is its parts
-        with the knobs they read, plus the growth mask's N and reading (VP reads the mask; the
-        statistics of every windowed decoder record it). The chain topology (SJD's window, the only
-        one before topologies were parts) is left out, so the runs of chain decoders keep their ids.
+        AR (W = 1) has no drafts: only whether its verifier takes the argmax matters. A windowed
+        decoder is its parts with the knobs they read, plus the growth mask's N and reading (VP reads
+        the mask; the statistics of every windowed decoder record it). The chain topology (SJD's
+        window, the only one before topologies were parts) is left out, so the runs of chain decoders
+        keep their ids.
         """
-        if self.is_ar:
-            return {"window": 1, "greedy": self.greedy}
-        parts = {
-            kind: part.identity()
-            for kind, part in self.parts().items()
-            if not (kind == "topology" and part.name == DEFAULT_TOPOLOGY)
-        }
-        return {
+        windowed = {
             "window": self.window,
-            **parts,
+            **{
+                kind: part.identity()
+                for kind, part in self.parts().items()
+                if not (kind == "topology" and part.name == DEFAULT_TOPOLOGY)
+            },
             "growth": {"steps": self.growth_steps, "reading": self.growth_reading},
         }
+        if is_ar(windowed):
+            return ar_identity(bool(cast(type[Verifier], self.verifier.cls).greedy))
+        return windowed
 
     def unused_settings(self) -> list[str]:
         """One line per setting that differs from its default but does nothing in this decoder."""
         notes = []
         if self.is_ar:
             for kind, part in self.parts().items():
-                if part.name not in (AR_PARTS[kind], "greedy"):
+                if part.name not in (AR_PARTS[kind], GREEDY_VERIFIER):
                     notes.append(
                         f"decoder.{kind} '{part.name}' does nothing at window=1 (AR); it is not part of the run id"
                     )
@@ -96,34 +102,58 @@ class ResolvedDecoder:
 
     def build(self, adapter: Any, track_growth: bool = True, trace_drafts: bool = False) -> Decoder:
         return Decoder(
-            window=self.window,
             proposal=self.proposal.build(adapter),
             verifier=self.verifier.build(adapter),
             init=self.init.build(adapter),
             topology=self.topology.build(adapter),
-            growth_steps=self.growth_steps,
-            strict_increases=self.growth_reading == "increases",
-            trace_positions=self.trace_positions,
             track_growth=track_growth,
             trace_drafts=trace_drafts,
+            **self.setting_values(),
         )
 
 
 def resolve_decoder(config: Any) -> ResolvedDecoder:
-    """The spec of a `DecoderConfig` (or any object with its fields): its parts resolved and typed
-    (UserError for an unknown part or knob); the ranges of its settings and knobs are checked by
-    sjdbench.config.schema.check_decoder."""
-    raw = {kind: getattr(config, kind, None) for kind in KINDS}
+    """The resolved decoder of a `DecoderConfig` (or any object with its fields): its settings check
+    themselves as they are made (`DecodeSettings`), its parts are resolved and typed (UserError for an
+    unknown part or knob); the parts' ranges are checked by sjdbench.config.schema.check_decoder."""
+    settings = DecodeSettings(config.window, config.growth_steps, config.growth_reading, config.trace_positions)
+    raw = {kind: getattr(config, kind, None) for kind in PART_KINDS}
     if not raw["topology"]:
         raw["topology"] = DEFAULT_TOPOLOGY
-    parts = {kind: resolve_part(kind, raw[kind], f"decoder.{kind}") for kind in KINDS}
-    return ResolvedDecoder(
-        config.window,
-        growth_steps=config.growth_steps,
-        growth_reading=config.growth_reading,
-        trace_positions=config.trace_positions,
-        **parts,
-    )
+    parts = {kind: resolve_part(kind, raw[kind], f"decoder.{kind}") for kind in PART_KINDS}
+    return ResolvedDecoder.of(settings, parts)
+
+
+def decoder_of_identity(identity: Mapping[str, Any]) -> ResolvedDecoder | None:
+    """The decoder a stored identity names (summary.json's `decoder_spec`), resolved with today's
+    parts; None when they cannot read it, or would record it differently (an older reading of a
+    part): nothing can then be claimed of it."""
+    if is_ar(identity):
+        verifier = GREEDY_VERIFIER if is_greedy(identity) else AR_PARTS["verifier"]
+        names = {**AR_PARTS, "verifier": verifier}
+        parts = {kind: resolve_part(kind, names[kind], f"decoder.{kind}") for kind in PART_KINDS}
+        return ResolvedDecoder.of(DecodeSettings(AR_WINDOW), parts)
+    if set(identity) - {"window", "growth", *PART_KINDS}:
+        return None
+    growth = identity.get("growth") or {}
+    try:
+        parts = {
+            kind: resolve_part(
+                kind, identity.get(kind) or (DEFAULT_TOPOLOGY if kind == "topology" else None), f"decoder.{kind}"
+            )
+            for kind in PART_KINDS
+        }
+        settings = DecodeSettings(
+            identity["window"],
+            growth.get("steps", DecodeSettings.growth_steps),
+            growth.get("reading", DecodeSettings.growth_reading),
+        )
+        decoder = ResolvedDecoder.of(settings, parts)
+    except (UserError, KeyError, TypeError):
+        return None
+    if any(kind in identity and part.identity() != identity[kind] for kind, part in parts.items()):
+        return None
+    return decoder
 
 
 def resolved_settings(decoder: Decoder) -> dict:

@@ -2,23 +2,31 @@
 batch of samples decoded in lockstep.
 
 Per iteration (docs/ALGORITHMS.md §0-§5), for every sample of the batch:
-1. plan: the topology lays out the window's slots (a chain, a draft tree, several rows), drafting
-   never-predicted positions with the init; every root slot re-feeds a decided token;
+1. plan: the topology lays out the window's slots (a chain, a draft tree, several rows) and names the
+   positions whose drafts they hold; the drafts waiting there are taken, the init drafts the
+   never-predicted ones, and the topology places them in the slots; every root slot re-feeds a
+   decided token;
 2. forward every sample's window at once; slot i's logits give the target p at position
    positions[i] + 1;
 3. verify: walking down from each root, the verifier accepts drafts (siblings by recursive rejection
    sampling); where a walk stops, an emitting root emits the verifier's replacement for the first
    rejected draft, or a bonus draw from the last slot's p when every draft passed;
 4. commit the roots not yet cached and the accepted drafts; the other slots are dropped;
-5. propose: the slots past where each walk stopped turn their p into next iteration's drafts.
-AR is this loop with W = 1. The loop never knows which model it drives.
+5. observe: the iteration enters what outlives it, in one place and from one record: the init's
+   fresh drafts wait with the others, the distributions of the realized positions enter the history
+   and the init, the recorder gets the iteration's statistics;
+6. propose: the slots past where each walk stopped turn their p into next iteration's drafts.
+AR is this loop with W = 1. The loop never knows which model it drives. Each step returns what it
+decided; the loop alone keeps the state between iterations (the samples' tokens, the waiting drafts,
+the history, the init's and the recorder's state).
 
 Batches: one forward holds every unfinished sample's window (padded to the longest); verification,
-emission, proposals and statistics run over all samples' rows at once, each sample drawing its
+emission, proposals and statistics run over all samples' slots at once, each sample drawing its
 random numbers from its own generator with the calls it would make decoded alone (randomness.py), so
 a sample's tokens do not depend on its batch wherever the batched forward returns the same logits. A
-finished sample leaves the batch and the next request takes its row. There is one host sync per
-iteration: the verifier's flags (which also carries the check for non-finite logits).
+finished sample leaves the batch and the next request takes its batch index. There is one host sync
+per iteration: the verifier's flags, which also bring the check for non-finite logits and the growth
+flags of the previous iteration's tests (`GrowthFlags`, handed from one iteration to the next).
 """
 
 from __future__ import annotations
@@ -34,21 +42,22 @@ from sjdbench.adapter import ImageARAdapter, Sampling
 from sjdbench.decoding.history import ProbabilityHistory
 from sjdbench.decoding.inits.neighbours import neighbour_tables
 from sjdbench.decoding.parts import (
-    Carried,
     Init,
     InitContext,
     Proposal,
     ProposalContext,
     SampleView,
-    TestRows,
+    TestDistributions,
     Topology,
     Verdict,
     Verifier,
+    WaitingDrafts,
     Window,
 )
 from sjdbench.decoding.processing import StructureMasks, process_logits, sample
 from sjdbench.decoding.randomness import Draws
-from sjdbench.decoding.recorder import DecodeStats, IterationRecord, Recorder, Tests
+from sjdbench.decoding.recorder import DecodeStats, GrowthFlags, IterationRecord, Recorder, TestedDrafts
+from sjdbench.decoding.settings import DecodeSettings
 from sjdbench.decoding.state import Drafts, PendingDrafts
 from sjdbench.decoding.topologies.chain import ChainTopology
 from sjdbench.errors import NonFiniteLogits
@@ -56,22 +65,24 @@ from sjdbench.errors import NonFiniteLogits
 
 @dataclass(frozen=True)
 class Decoder:
-    """A decoder = proposal x verifier x init x topology with a window of W slots (W = 1 is AR)."""
+    """A decoder = proposal x verifier x init x topology with a window of W slots (W = 1 is AR), built
+    against a model. Its decoder-wide settings (window, growth mask, traces) are `settings`; they are
+    spelled out here so a decoder is written as `Decoder(16, proposal, verifier, init)`."""
 
     window: int
     proposal: Proposal
     verifier: Verifier
     init: Init
-    growth_steps: int = 3  # N of the consecutive-growth mask (statistics and VP alike)
-    strict_increases: bool = True  # N strict increases (N + 1 observations); False: N observations
-    trace_positions: int = 8  # positions whose probability trajectories are recorded
+    growth_steps: int = DecodeSettings.growth_steps
+    growth_reading: str = DecodeSettings.growth_reading
+    trace_positions: int = DecodeSettings.trace_positions
     track_growth: bool = True  # keep the probability history for the growth statistics
     topology: Topology = field(default_factory=ChainTopology)  # the window's shape
     trace_drafts: bool = False  # record every verified draft's trajectory (stats.draft_traces; for reports)
 
     @property
-    def growth_observations(self) -> int:
-        return self.growth_steps + 1 if self.strict_increases else self.growth_steps
+    def settings(self) -> DecodeSettings:
+        return DecodeSettings(self.window, self.growth_steps, self.growth_reading, self.trace_positions)
 
 
 @dataclass
@@ -148,7 +159,7 @@ def jacobi_decode_batch(
 
 
 @dataclass
-class Active:
+class SampleState:
     """A sample in the batch: its request, and which positions are decided and cached (host)."""
 
     request: Request
@@ -156,13 +167,23 @@ class Active:
     cached: np.ndarray
 
 
+@dataclass
+class Iteration:
+    """What one iteration's steps returned, for the one place that takes it in (`BatchDecode.observe`)."""
+
+    forward: ForwardPass
+    verdicts: list[Verdict]
+    decided: list[np.ndarray]  # per sample: the positions it decided
+    growth: GrowthFlags | None  # the previous iteration's growth flags, read by this iteration's sync
+
+
 class BatchDecode:
-    """One batched decode: the batch's state and the five steps of an iteration."""
+    """One batched decode: the batch's state and the steps of an iteration."""
 
     def __init__(
         self, adapter: ImageARAdapter, decoder: Decoder, sampling: Sampling, requests: list[Request], batch_size: int
     ) -> None:
-        self.adapter, self.decoder = adapter, decoder
+        self.adapter, self.decoder, self.settings = adapter, decoder, decoder.settings
         self.sampling = replace(sampling, temperature=0.0) if decoder.verifier.greedy else sampling
         self.queue = list(reversed(requests))
         self.prompts = {id(r): adapter.encode_prompt(r.prompt) for r in requests}
@@ -176,7 +197,9 @@ class BatchDecode:
         self.cache = adapter.new_cache(B, max(p.length for p in self.prompts.values()), W)
         self.tokens = torch.full((B, self.N), -1, dtype=torch.long, device=self.device)
         self.pending = PendingDrafts(B, span, self.V, self.device, self.dtype)
-        depth = max(decoder.growth_observations, decoder.proposal.history_depth, 16 if decoder.trace_drafts else 8)
+        depth = max(
+            self.settings.growth_observations, decoder.proposal.history_depth, 16 if decoder.trace_drafts else 8
+        )
         keep_history = W > 1 and (decoder.track_growth or decoder.proposal.history_depth > 0)
         self.history = ProbabilityHistory(B, span, depth, self.V, self.device, self.dtype) if keep_history else None
         self.traced = trace_set(layout, decoder.trace_positions) if self.history is not None else set()
@@ -188,66 +211,71 @@ class BatchDecode:
             layout, c.forced, adapter.image_token_ids, c.left_of, c.above_of, self.V, self.dtype, B
         )
         self.init_state = decoder.init.begin(self.init_ctx)
-        self.rows: list[Active | None] = [None] * B
+        self.samples: list[SampleState | None] = [None] * B  # by batch index
         self.bad_prefill = torch.zeros((), dtype=torch.bool, device=self.device)
-        # growth flags of the last tests, read with the next host sync: (samples, accepted, verified, flags)
-        self.deferred: tuple[np.ndarray, np.ndarray, np.ndarray, torch.Tensor] | None = None
 
     # -- the batch -----------------------------------------------------------------------------------
 
     def run(self) -> Iterator[tuple[Request, DecodeResult]]:
-        yield from self.admit(list(range(len(self.rows))))
-        while any(row is not None for row in self.rows):
-            self.step()
-            yield from self.finished()
+        yield from self.admit(list(range(len(self.samples))))
+        unread: GrowthFlags | None = None  # the last iteration's growth flags, read with the next sync
+        while any(state is not None for state in self.samples):
+            unread = self.step(unread)
+            done = self.done()
+            if done:
+                if unread is not None:  # a finishing sample's statistics must be complete: read them now
+                    self.recorder.record_growth(unread.read(unread.flags.cpu().numpy()))
+                    unread = None
+                yield from self.finished(done)
 
-    def admit(self, rows: list[int]) -> Iterator[tuple[Request, DecodeResult]]:
-        """Start the next requests in these free rows: prefill, then the first token from p at position 0."""
-        rows = rows[: len(self.queue)]
-        if not rows:
+    def done(self) -> list[int]:
+        """The batch indices whose sample has every position decided."""
+        return [b for b, state in enumerate(self.samples) if state is not None and state.decided.all()]
+
+    def admit(self, free: list[int]) -> Iterator[tuple[Request, DecodeResult]]:
+        """Start the next requests at these free batch indices: prefill, then the first token from p at
+        position 0."""
+        free = free[: len(self.queue)]
+        if not free:
             return
-        requests = [self.queue.pop() for _ in rows]
-        for row, request in zip(rows, requests):
-            self.rows[row] = Active(request, np.zeros(self.N, dtype=bool), np.zeros(self.N, dtype=bool))
-            self.tokens[row] = -1
-            self.pending.clear(row)
+        requests = [self.queue.pop() for _ in free]
+        for b, request in zip(free, requests):
+            self.samples[b] = SampleState(request, np.zeros(self.N, dtype=bool), np.zeros(self.N, dtype=bool))
+            self.tokens[b] = -1
+            self.pending.clear(b)
             if self.history is not None:
-                self.history.reset(row)
-            self.recorder.start(row)
-            self.decoder.init.reset(self.init_state, row)
-        logits = self.adapter.prefill(self.cache, rows, [self.prompts.pop(id(r)) for r in requests])  # (n, 2, V)
+                self.history.reset(b)
+            self.recorder.start(b)
+            self.decoder.init.reset(self.init_state, b)
+        logits = self.adapter.prefill(self.cache, free, [self.prompts.pop(id(r)) for r in requests])  # (n, 2, V)
         p0 = process_logits(logits[:, :, None], self.constants.masks.window(0, 1), self.sampling)[:, 0]  # (n, V)
         self.bad_prefill = self.bad_prefill | non_finite(logits, p0)
-        first = sample(p0, Draws([r.generator for r in requests], [1] * len(rows), self.device))  # (n,)
-        rows_t = torch.as_tensor(rows, device=self.device)
-        zero = torch.zeros_like(rows_t)
-        self.tokens[rows_t, zero] = first
-        self.decoder.init.observe(self.init_state, rows_t, zero, first)
-        self.recorder.prefill(rows)
-        for row in rows:
-            cast(Active, self.rows[row]).decided[0] = True  # admitted above
-        yield from self.finished()  # a one-position segment is done already
+        first = sample(p0, Draws([r.generator for r in requests], [1] * len(free), self.device))  # (n,)
+        self.tokens[torch.as_tensor(free, device=self.device), 0] = first
+        for b in free:
+            cast(SampleState, self.samples[b]).decided[0] = True  # admitted above
+        done = self.done()
+        if done:  # a one-position segment is done already
+            yield from self.finished(done)
 
-    def finished(self) -> Iterator[tuple[Request, DecodeResult]]:
-        done = [i for i, row in enumerate(self.rows) if row is not None and row.decided.all()]
-        if not done:
-            return
-        self.flush_growth()
+    def finished(self, done: list[int]) -> Iterator[tuple[Request, DecodeResult]]:
+        """Hand over the finished samples, admit the next requests in their place, and shrink the batch
+        when none are left to take them."""
         tokens = self.tokens[done].cpu()
-        for i, row in enumerate(done):
-            active = self.rows[row]
-            assert active is not None  # done lists occupied rows
-            self.rows[row] = None
-            yield active.request, DecodeResult(tokens[i], self.recorder.finish(row))
-        yield from self.admit(done)  # the next requests take the free rows
-        if any(row is None for row in self.rows):  # none left to take them: the batch shrinks
-            self.retain([i for i, row in enumerate(self.rows) if row is not None])
+        for i, b in enumerate(done):
+            state = self.samples[b]
+            assert state is not None  # done lists occupied batch indices
+            self.samples[b] = None
+            yield state.request, DecodeResult(tokens[i], self.recorder.finish(b))
+        yield from self.admit(done)  # the next requests take the free batch indices
+        if any(state is None for state in self.samples):  # none left to take them: the batch shrinks
+            self.retain([b for b, state in enumerate(self.samples) if state is not None])
 
     def retain(self, keep: list[int]) -> None:
-        """The batch shrinks to these rows, in this order (nothing is left to admit)."""
-        if keep == list(range(len(self.rows))):
+        """The batch shrinks to these batch indices, in this order (nothing is left to admit)."""
+        if keep == list(range(len(self.samples))):
             return
-        self.rows = [self.rows[i] for i in keep]
+        self.samples = [self.samples[b] for b in keep]
         if not keep:
             return
         index = torch.as_tensor(keep, device=self.device)
@@ -261,42 +289,71 @@ class BatchDecode:
 
     # -- one iteration -------------------------------------------------------------------------------
 
-    def active_rows(self) -> list[Active]:
-        """The samples row by row, during an iteration: finished() leaves no row empty (the batch shrinks)."""
-        return cast("list[Active]", self.rows)
+    def in_batch(self) -> list[SampleState]:
+        """The samples by batch index, during an iteration: finished() leaves no index empty (the batch shrinks)."""
+        return cast("list[SampleState]", self.samples)
 
-    def step(self) -> None:
-        windows = self.plan()  # 1. the windows' slots
+    def step(self, unread: GrowthFlags | None) -> GrowthFlags | None:
+        """One iteration; `unread`: the last iteration's growth flags, which this one's sync reads.
+        Returns this iteration's, for the next."""
+        windows, fresh = self.plan()  # 1. the windows' slots, and the drafts the init made for them
+        self.pending.put(*fresh)  # they wait with the others
         fed = self.forward(windows)  # 2. one forward; slot i predicts position positions[i] + 1
-        verdicts, emitted = self.verify(fed)  # 3. accepted paths and emitted tokens
-        decided = self.commit(fed, verdicts, emitted)  # 4. commit the kept slots
-        self.observe(fed, verdicts, decided)  # the iteration's observation: history, init, statistics
-        self.propose(fed, verdicts)  # 5. next drafts past where each walk stopped
+        verdicts, emitted, growth = self.verify(fed, unread)  # 3. accepted paths and emitted tokens
+        decided = self.commit(fed, verdicts, emitted)  # 4. the kept slots into the cache
+        unread = self.observe(Iteration(fed, verdicts, decided, growth))  # 5. history, init, statistics
+        proposed = self.propose(fed, verdicts)  # 6. next drafts past where each walk stopped
+        if proposed is not None:
+            self.pending.put(*proposed)
+        return unread
 
-    def plan(self) -> list[Window]:
-        windows = []
-        for row, active in enumerate(self.active_rows()):
-            view = SampleView(
-                row,
-                self.tokens[row],
-                active.decided,
-                active.cached,
-                self.adapter.layout,
-                self.constants.forced,
-                self.adapter.image_token_ids,
-                self.pending,
-                self.decoder.init,
-                self.init_state,
-                active.request.generator,
-                self.V,
-            )
-            windows.append(self.topology.plan(view, self.decoder.window))
-        filled = [w.filled for w in windows]
-        if any(len(f) for f in filled):  # the init's drafts wait with the others
-            self.pending.put(np.repeat(np.arange(len(windows)), [len(f) for f in filled]), Drafts.cat(filled))
-        return windows
+    def view(self, b: int) -> SampleView:
+        state = self.in_batch()[b]
+        c = self.constants
+        return SampleView(
+            b,
+            self.tokens[b],
+            state.decided,
+            state.cached,
+            self.adapter.layout,
+            c.forced,
+            self.adapter.image_token_ids,
+            self.pending,
+            state.request.generator,
+        )
 
-    def forward(self, windows: list[Window]) -> Fed:
+    def plan(self) -> tuple[list[Window], tuple[np.ndarray, Drafts]]:
+        """Each sample's window: the topology's layout, the drafts it wants (the waiting ones, and fresh
+        ones the init drafts where none waits), the window with them in place. Returns the windows and
+        the fresh drafts with the batch index of each."""
+        windows, fresh = [], []
+        for b in range(len(self.samples)):
+            view = self.view(b)
+            layout = self.topology.plan(view, self.decoder.window)
+            drafts, new = self.drafts_at(view, layout.wanted)
+            windows.append(self.topology.place(layout, drafts, view))
+            fresh.append(new)
+        return windows, (np.repeat(np.arange(len(fresh)), [len(f) for f in fresh]), Drafts.cat(fresh))
+
+    def drafts_at(self, sample: SampleView, positions: np.ndarray) -> tuple[Drafts, Drafts]:
+        """The drafts for `positions` (ascending): those waiting there, and fresh ones the init drafts
+        where none waits. Returns (all of them in position order, the fresh ones)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        missing = self.pending.missing(sample.index, positions)
+        new_positions = positions[missing]
+        if new_positions.size:
+            tokens, refs = self.decoder.init.fill(self.init_state, sample, new_positions)
+            fresh = Drafts.new(new_positions, tokens, refs, self.V, fresh=True)
+        else:
+            fresh = Drafts.new(new_positions, sample.tokens[:0], None, self.V, fresh=True)
+        if not missing.any():
+            return self.pending.get(sample.index, positions), fresh
+        waiting = self.pending.get(sample.index, positions[~missing])
+        merged = Drafts.cat([waiting, fresh])
+        order = np.argsort(merged.positions, kind="stable")
+        return merged.select(order), fresh
+
+    def forward(self, windows: list[Window]) -> ForwardPass:
         """The padded batch of windows through the model, and the processed distributions."""
         lengths = np.array([len(w) for w in windows])
         L = int(lengths.max())
@@ -321,49 +378,33 @@ class BatchDecode:
         bad = non_finite(logits, p) | self.bad_prefill
         self.bad_prefill = torch.zeros_like(bad)
         nodes = Drafts.cat([w.nodes for w in windows])
-        return Fed(
+        return ForwardPass(
             windows, lengths, positions, tokens, p, logits, bad, nodes, _offsets([len(w.nodes) for w in windows])
         )
 
-    def verify(self, fed: Fed) -> tuple[list[Verdict], torch.Tensor]:
-        """Every draft's test at once (one verifier call, one host sync, which also brings the last
-        iteration's growth flags to the recorder), then each window's walk, then the emitted tokens,
-        each sample's from its own generator."""
-        generators = [row.request.generator for row in self.active_rows()]
-        carry, deferred = self.carry(fed.bad)
+    def verify(
+        self, fed: ForwardPass, unread: GrowthFlags | None
+    ) -> tuple[list[Verdict], torch.Tensor, GrowthFlags | None]:
+        """Every draft's test at once (one verifier call, one host sync, which also brings the
+        non-finite flag and the last iteration's growth flags to the host), then each window's walk,
+        then the emitted tokens, each sample's from its own generator. Returns the verdicts, the
+        emitted tokens and the last iteration's growth flags, read."""
+        generators = [state.request.generator for state in self.in_batch()]
+        extra = fed.bad[None] if unread is None else torch.cat([fed.bad[None], unread.flags.reshape(-1)])
         verdicts, emitted, host = verify_windows(
-            self.topology, self.decoder.verifier, fed.windows, fed.p, fed.nodes, generators, carry
+            self.topology, self.decoder.verifier, fed.windows, fed.p, fed.nodes, generators, extra
         )
         if host[0]:
             self.raise_non_finite(fed)
-        if deferred is not None:
-            self.recorder.record_growth(*deferred, host[1:].reshape(-1, 4))
-        return verdicts, emitted
+        return verdicts, emitted, None if unread is None else unread.read(host[1:])
 
-    def carry(self, bad: torch.Tensor) -> tuple[torch.Tensor, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
-        """What the iteration's one host sync brings back besides the verifier's flags: the non-finite
-        flag, then the growth flags (T, 4) of the tests recorded last iteration (deferred to this sync
-        so that recording them costs no sync of its own)."""
-        deferred, self.deferred = self.deferred, None
-        if deferred is None:
-            return bad[None], None
-        test_b, accepted, verified, flags = deferred
-        return torch.cat([bad[None], flags.reshape(-1)]), (test_b, accepted, verified)
-
-    def flush_growth(self) -> None:
-        """Record deferred growth flags now (a sample finishes before another sync would bring them)."""
-        if self.deferred is not None:
-            test_b, accepted, verified, flags = self.deferred
-            self.deferred = None
-            self.recorder.record_growth(test_b, accepted, verified, flags.cpu().numpy())
-
-    def commit(self, fed: Fed, verdicts: list[Verdict], emitted: torch.Tensor) -> list[np.ndarray]:
+    def commit(self, fed: ForwardPass, verdicts: list[Verdict], emitted: torch.Tensor) -> list[np.ndarray]:
         """Write the decided tokens, keep the roots not yet cached and the accepted drafts in the cache.
         Returns each sample's newly decided positions."""
         device = self.device
         samples, positions, pieces, kept, decided = [], [], [], [], []
         e = 0
-        for b, (w, v, active) in enumerate(zip(fed.windows, verdicts, self.active_rows())):
+        for b, (w, v, state) in enumerate(zip(fed.windows, verdicts, self.in_batch())):
             accepted_pos = w.positions[v.accepted]
             emitted_pos = w.positions[v.emit_slots] + 1
             here = (
@@ -371,12 +412,12 @@ class BatchDecode:
                 if len(w.decided)
                 else np.concatenate([accepted_pos, emitted_pos])
             )
-            active.decided[here] = True
+            state.decided[here] = True
             roots = np.flatnonzero(w.commit_root)
             keep = np.concatenate([roots, v.accepted]) if len(v.accepted) else roots
             if len(roots) > 1:
                 keep = np.sort(keep)
-            active.cached[w.positions[keep]] = True
+            state.cached[w.positions[keep]] = True
             kept.append(keep)
             decided.append(here)
             samples.append(np.full(len(here), b))
@@ -394,9 +435,7 @@ class BatchDecode:
                 pieces.append(self.constants.forced[torch.as_tensor(w.decided, device=device)])
         if pieces:
             where = torch.as_tensor(np.stack([np.concatenate(samples), np.concatenate(positions)]), device=device)
-            tokens = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-            self.tokens[where[0], where[1]] = tokens
-            self.decoder.init.observe(self.init_state, where[0], where[1], tokens)
+            self.tokens[where[0], where[1]] = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
         width = max(len(k) for k in kept)
         slots = np.full((len(kept), width), -1, dtype=np.int64)
         for b, keep in enumerate(kept):
@@ -404,16 +443,21 @@ class BatchDecode:
         self.adapter.commit(self.cache, torch.as_tensor(slots, device=device))
         return decided
 
-    def observe(self, fed: Fed, verdicts: list[Verdict], decided: list[np.ndarray]) -> None:
-        """This iteration's distributions enter the history (one row per realized position) and the
-        init's view; the recorder gets one record of everything the verifier decided on."""
-        device, windows, history, init = self.device, fed.windows, self.history, self.decoder.init
+    def observe(self, it: Iteration) -> GrowthFlags | None:
+        """The one place an iteration enters the history, the init and the recorder: the distributions
+        of the realized positions (one per distinct target) enter the history and the init; the
+        recorder gets one record of what the verifier decided on, the tokens decided and the
+        trajectories traced. Returns the growth flags of this iteration's tests (device values, read
+        with the next host sync)."""
+        fed, verdicts, device, history, init = it.forward, it.verdicts, self.device, self.history, self.decoder.init
+        windows = fed.windows
         if history is not None or init.reads_p:
             real_b = _cat([np.full(len(v.realized), b) for b, v in enumerate(verdicts)])
             real_slot = _cat([v.realized for v in verdicts])
             index = torch.as_tensor(np.stack([real_b, real_slot, fed.positions[real_b, real_slot] + 1]), device=device)
-            p_real = _rows(fed.p, real_b, real_slot, index)  # (R, V)
-            init.observe_p(self.init_state, index[0], index[2], p_real)
+            p_real = _gather(fed.p, real_b, real_slot, index)  # (R, V)
+            if init.reads_p:
+                init.observe_p(self.init_state, index[0], index[2], p_real)
             if history is not None:
                 history.push(index[0], index[2], p_real)
 
@@ -421,126 +465,126 @@ class BatchDecode:
         tested = [v.tested for v in verdicts]
         if sum(len(x) for x in tested):
             test_b = _cat([np.full(len(x), b) for b, x in enumerate(tested)])
-            tested_ = _cat(tested)
+            test_slot = _cat(tested)
             test_node = _cat([w.node_of[x] + off for w, x, off in zip(windows, tested, fed.offsets)])
-            test_pos = fed.positions[test_b, tested_]
+            test_pos = fed.positions[test_b, test_slot]
             accepted = _cat([_member(x, v.accepted, len(w)) for x, v, w in zip(tested, verdicts, windows)])
             depth = _cat([w.depth[x] for w, x in zip(windows, tested)])
             sibling = _cat([w.sibling[x] for w, x in zip(windows, tested)])
         else:
-            test_b = tested_ = test_node = test_pos = depth = sibling = np.zeros(0, dtype=np.int64)
+            test_b = test_slot = test_node = test_pos = depth = sibling = np.zeros(0, dtype=np.int64)
             accepted = np.zeros(0, dtype=bool)
         content = c.content[test_pos]
-        tests = Tests(test_b, depth, sibling, c.grid_row[test_pos], accepted, content, fed.nodes.fresh[test_node])
+        tests = TestedDrafts(
+            test_b, depth, sibling, c.grid_row[test_pos], accepted, content, fed.nodes.fresh[test_node]
+        )
         record = IterationRecord(
             np.arange(len(windows)),
-            np.array([len(d) for d in decided]),
+            np.array([len(d) for d in it.decided]),
             fed.lengths,
             np.array([w.in_flight for w in windows]),
             tests,
+            it.growth,
         )
-        self.recorder.record(record)
+        unread = None
         if history is not None:
-            if len(tested_):  # growth flags, to the recorder with the next host sync
+            if len(test_slot):  # growth flags (after the push: M up to and including this iteration)
                 index = torch.as_tensor(np.stack([test_b, test_pos, test_node]), device=device)
-                nodes, dec = fed.nodes, self.decoder
+                nodes, observations = fed.nodes, self.settings.growth_observations
                 eligible, grew, tokens = _entries((nodes.eligible, nodes.grew, nodes.tokens), test_node, index[2])
                 where = history.locate(index[0], index[1])
                 flags = torch.stack(
-                    [
-                        eligible,
-                        grew,
-                        history.grew(where, tokens, dec.growth_steps, dec.strict_increases),
-                        where[1] >= dec.growth_observations,
-                    ],
-                    dim=-1,
+                    [eligible, grew, history.grew(where, tokens, observations), where[1] >= observations], dim=-1
                 )
-                self.deferred = (test_b, accepted & content, content, flags)
-            self.trace(fed, decided, test_b, tested_, accepted)
+                unread = GrowthFlags(test_b, accepted & content, content, flags)
+            record.trajectories, record.draft_traces = self.traces(fed, it.decided, test_b, test_slot, accepted)
+        self.recorder.record(record)
+        return unread
 
-    def trace(
-        self, fed: Fed, decided: list[np.ndarray], test_b: np.ndarray, tested: np.ndarray, accepted: np.ndarray
-    ) -> None:
+    def traces(
+        self, fed: ForwardPass, decided: list[np.ndarray], test_b: np.ndarray, tested: np.ndarray, accepted: np.ndarray
+    ) -> tuple[list[tuple[int, dict]], list[tuple[int, dict]]]:
         """Probability trajectories: of the traced positions as they are decided, and (when asked for)
-        of every draft the verifier decided on at a content position, with whether it passed."""
-        history, recorder = self.history, self.recorder
-        assert history is not None  # traces are read from the history: observe() calls this only when it is kept
+        of every draft the verifier decided on at a content position, with whether it passed; each
+        with the batch index of its sample."""
+        history = self.history
+        assert history is not None  # traces are read from the history: observe() asks only when it is kept
+        trajectories = []
         for b, new in enumerate(decided):
-            hits = self.traced.intersection(new.tolist())
-            for pos in sorted(hits):
+            for pos in sorted(self.traced.intersection(new.tolist())):
                 token = int(self.tokens[b, pos])
-                recorder.trajectories[b].append(
-                    {"pos": pos, "token": token, "probs": history.trajectory(b, pos, token)}
-                )
+                trajectories.append((b, {"pos": pos, "token": token, "probs": history.trajectory(b, pos, token)}))
+        drafts: list[tuple[int, dict]] = []
         if not self.decoder.trace_drafts:
-            return
+            return trajectories, drafts
         for b, slot, ok in zip(test_b.tolist(), tested.tolist(), accepted.tolist()):
             pos = int(fed.positions[b, slot])
             if self.constants.content[pos]:
                 token = int(fed.tokens[b, slot])
-                recorder.draft_traces[b].append(
-                    {"pos": pos, "token": token, "accepted": bool(ok), "probs": history.trajectory(b, pos, token)}
-                )
+                trace = {"pos": pos, "token": token, "accepted": bool(ok), "probs": history.trajectory(b, pos, token)}
+                drafts.append((b, trace))
+        return trajectories, drafts
 
-    def propose(self, fed: Fed, verdicts: list[Verdict]) -> None:
-        """The sources' p become next drafts at their targets, for every sample at once."""
-        samples, sources, carried = [], [], []
-        for b, (w, v, active) in enumerate(zip(fed.windows, verdicts, self.active_rows())):
-            src, carry = v.sources, v.carried
+    def propose(self, fed: ForwardPass, verdicts: list[Verdict]) -> tuple[np.ndarray, Drafts] | None:
+        """The sources' p become next drafts at their targets, for every sample at once. Returns the
+        batch index of each and the drafts (None when no position is left to draft)."""
+        samples, sources, waiting_nodes = [], [], []
+        for b, (w, v, state) in enumerate(zip(fed.windows, verdicts, self.in_batch())):
+            src, waits = v.sources, v.waiting
             if not len(src):
                 continue
-            open_ = ~active.decided[w.positions[src] + 1]  # a slot that only caches its token predicts nothing
+            open_ = ~state.decided[w.positions[src] + 1]  # a slot that only caches its token predicts nothing
             if not open_.all():
-                src, carry = src[open_], carry[open_]
+                src, waits = src[open_], waits[open_]
             samples.append(np.full(len(src), b))
             sources.append(src)
-            carried.append(np.where(carry >= 0, w.node_of[np.maximum(carry, 0)] + fed.offsets[b], -1))
+            waiting_nodes.append(np.where(waits >= 0, w.node_of[np.maximum(waits, 0)] + fed.offsets[b], -1))
         if not samples:
-            return
-        sample_ids, source_slots, carried_nodes = map(np.concatenate, (samples, sources, carried))
+            return None
+        sample_ids, source_slots, waiting_node = map(np.concatenate, (samples, sources, waiting_nodes))
         per_sample = np.bincount(sample_ids, minlength=len(fed.windows)).tolist()
         if not len(sample_ids):
-            return
-        device, dec, history = self.device, self.decoder, self.history
+            return None
+        device, history, observations = self.device, self.history, self.settings.growth_observations
+        proposal = self.decoder.proposal
         target_host = fed.positions[sample_ids, source_slots] + 1
         index = torch.as_tensor(
-            np.stack([sample_ids, source_slots, target_host, np.maximum(carried_nodes, 0)]), device=device
+            np.stack([sample_ids, source_slots, target_host, np.maximum(waiting_node, 0)]), device=device
         )
         sb, targets = index[0], index[2]
-        p = _rows(fed.p, sample_ids, source_slots, index)  # (S, V)
-        has_old = torch.as_tensor(carried_nodes >= 0, device=device)
+        p = _gather(fed.p, sample_ids, source_slots, index)  # (S, V)
+        has_old = torch.as_tensor(waiting_node >= 0, device=device)
         if len(fed.nodes):
-            old_drafts, old_refs = _entries((fed.nodes.tokens, fed.nodes.refs), np.maximum(carried_nodes, 0), index[3])
-            old = Carried(old_drafts, old_refs, has_old)
+            old_drafts, old_refs = _entries((fed.nodes.tokens, fed.nodes.refs), np.maximum(waiting_node, 0), index[3])
+            waiting = WaitingDrafts(old_drafts, old_refs, has_old)
         else:
-            old = Carried(torch.zeros_like(sb), torch.zeros_like(p), has_old)
+            waiting = WaitingDrafts(torch.zeros_like(sb), torch.zeros_like(p), has_old)
         growth = observed = None
-        if history is not None and dec.proposal.history_depth:
-            growth = history.growth_mask(sb, targets, dec.growth_steps, dec.strict_increases)
-        generators = [row.request.generator for row in self.active_rows()]
+        if history is not None and proposal.history_depth:
+            growth = history.growth_mask(sb, targets, observations)
+        generators = [state.request.generator for state in self.in_batch()]
         ctx = ProposalContext(sb, targets, history, growth, Draws(generators, per_sample, device))
-        drafts, refs = dec.proposal.propose(p, old, ctx)
+        drafts, refs = proposal.propose(p, waiting, ctx)
         grew = None
         if history is not None:
             where = history.locate(sb, targets)
-            grew = history.grew(where, drafts, dec.growth_steps, dec.strict_increases)
-            observed = where[1] >= dec.growth_observations
-        self.pending.put(sample_ids, Drafts.made(target_host, drafts, refs, self.V, False, grew, observed))
-        self.decoder.init.observe(self.init_state, sb, targets, drafts)
+            grew = history.grew(where, drafts, observations)
+            observed = where[1] >= observations
+        return sample_ids, Drafts.new(target_host, drafts, refs, self.V, False, grew, observed)
 
-    def raise_non_finite(self, fed: Fed) -> None:
+    def raise_non_finite(self, fed: ForwardPass) -> None:
         """The error path: the first sample and position whose logits or probabilities are bad."""
-        rows = self.active_rows()
+        states = self.in_batch()
         for b, w in enumerate(fed.windows):
             raw = fed.logits[b, :, : len(w)]  # (2, L, V): NaN or +inf anywhere (greedy's p stays finite)
             bad = ~(raw < float("inf")).all(-1).all(0) | ~torch.isfinite(fed.p[b, : len(w)]).all(-1)
             if bool(bad.any()):
-                raise NonFiniteLogits(int(w.positions[int(bad.long().argmax())]) + 1, rows[b].request.prompt)
-        raise NonFiniteLogits(0, rows[0].request.prompt)  # a prompt's own logits (the prefill)
+                raise NonFiniteLogits(int(w.positions[int(bad.long().argmax())]) + 1, states[b].request.prompt)
+        raise NonFiniteLogits(0, states[0].request.prompt)  # a prompt's own logits (the prefill)
 
 
 @dataclass
-class Fed:
+class ForwardPass:
     """One iteration's forward: the windows (B), padded to L slots, and what the model returned."""
 
     windows: list[Window]
@@ -561,50 +605,50 @@ def verify_windows(
     p: torch.Tensor,
     nodes: Drafts,
     generators: list[torch.Generator],
-    carry: torch.Tensor | None = None,
+    extra: torch.Tensor | None = None,
 ) -> tuple[list[Verdict], torch.Tensor, np.ndarray]:
     """Verification of B windows (p: (B, L, V), nodes: every window's drafts in order): every draft's
-    test in one verifier call, read with one host sync (which also brings `carry` (C,) bool to the
+    test in one verifier call, read with one host sync (which also brings `extra` (C,) bool to the
     host, returned), each window's walk, then the emitted tokens (E,), each sample's from its own
     generator."""
     device = p.device
     counts = [len(w.nodes) for w in windows]
-    carry = carry if carry is not None else torch.zeros(0, dtype=torch.bool, device=device)
+    extra = extra if extra is not None else torch.zeros(0, dtype=torch.bool, device=device)
     if sum(counts):
-        rows = [topology.test_rows(w, p[b, : len(w)], verifier) for b, w in enumerate(windows)]
+        tests = [topology.test_distributions(w, p[b, : len(w)], verifier) for b, w in enumerate(windows)]
         u = Draws(generators, counts, device).uniform()
-        test_p = rows[0].p if len(rows) == 1 else torch.cat([r.p for r in rows])
+        test_p = tests[0].p if len(tests) == 1 else torch.cat([t.p for t in tests])
         flags = verifier.accept(test_p, nodes.refs, nodes.tokens, u)
-        fails = [r.fails if r.fails is not None else torch.zeros_like(flags[:0]) for r in rows]
-        if any(r.fails is not None for r in rows):
+        fails = [t.fails if t.fails is not None else torch.zeros_like(flags[:0]) for t in tests]
+        if any(t.fails is not None for t in tests):
             flags = flags & ~torch.cat(
                 [
                     f if len(f) else torch.zeros(len(w.nodes), dtype=torch.bool, device=device)
                     for f, w in zip(fails, windows)
                 ]
             )
-        host = torch.cat([flags, carry]).cpu().numpy()  # the one host sync per iteration
+        host = torch.cat([flags, extra]).cpu().numpy()  # the one host sync per iteration
         passed = np.split(host[: flags.shape[0]], np.cumsum(counts)[:-1])
-        carried = host[flags.shape[0] :]
+        brought = host[flags.shape[0] :]
     else:
-        rows = [TestRows(p[b, :0], p[b, : len(w)]) for b, w in enumerate(windows)]  # no drafts to test
-        carried = carry.cpu().numpy()
+        tests = [TestDistributions(p[b, :0], p[b, : len(w)]) for b, w in enumerate(windows)]  # no drafts to test
+        brought = extra.cpu().numpy()
         passed = [np.zeros(0, dtype=bool)] * len(windows)
-    if carried.size and carried[0]:
-        return [], p[:0, 0], carried
-    verdicts = [topology.verify(w, p[b, : len(w)], rows[b], passed[b], verifier) for b, w in enumerate(windows)]
+    if brought.size and brought[0]:
+        return [], p[:0, 0], brought
+    verdicts = [topology.verify(w, p[b, : len(w)], tests[b], passed[b], verifier) for b, w in enumerate(windows)]
     base = verdicts[0].emit_base if len(verdicts) == 1 else torch.cat([v.emit_base for v in verdicts])  # (E, V)
     offsets = _offsets(counts)
     rejected_of = [np.where(v.emit_rejected >= 0, v.emit_rejected + off, -1) for v, off in zip(verdicts, offsets)]
     rejected = rejected_of[0] if len(rejected_of) == 1 else np.concatenate(rejected_of)
-    residual_rows = np.flatnonzero(rejected >= 0)
-    if residual_rows.size:  # the verifier's replacement where a draft was rejected
-        index = torch.as_tensor(np.stack([residual_rows, rejected[residual_rows]]), device=device)
-        (before,) = _entries((base,), residual_rows, index[0])
-        refs, tokens = _entries((nodes.refs, nodes.tokens), rejected[residual_rows], index[1])
+    residual_at = np.flatnonzero(rejected >= 0)
+    if residual_at.size:  # the verifier's replacement where a draft was rejected
+        index = torch.as_tensor(np.stack([residual_at, rejected[residual_at]]), device=device)
+        (before,) = _entries((base,), residual_at, index[0])
+        refs, tokens = _entries((nodes.refs, nodes.tokens), rejected[residual_at], index[1])
         residual = verifier.replacement(before, refs, tokens)
-        base = residual if residual_rows.size == base.shape[0] else base.index_copy(0, index[0], residual)
-    return verdicts, sample(base, Draws(generators, [len(v.emit_slots) for v in verdicts], device)), carried
+        base = residual if residual_at.size == base.shape[0] else base.index_copy(0, index[0], residual)
+    return verdicts, sample(base, Draws(generators, [len(v.emit_slots) for v in verdicts], device)), brought
 
 
 def non_finite(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -634,9 +678,9 @@ def _span(index: np.ndarray) -> slice | None:
     return None
 
 
-def _rows(values: torch.Tensor, samples: np.ndarray, slots: np.ndarray, index: torch.Tensor) -> torch.Tensor:
+def _gather(values: torch.Tensor, samples: np.ndarray, slots: np.ndarray, index: torch.Tensor) -> torch.Tensor:
     """values[samples, slots] (values: (B, L, ...)): one sample's consecutive slots as a view; index
-    holds the same samples and slots on the device (rows 0 and 1) for the general case."""
+    holds the same samples and slots on the device (its first two lines) for the general case."""
     if samples.size and samples[0] == samples[-1] and (samples == samples[0]).all():
         span = _span(slots)
         if span is not None:

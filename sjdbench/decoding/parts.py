@@ -1,25 +1,28 @@
 """The parts a decoder is built from: every interface the loop depends on, and the data they exchange.
 
 A decoder = proposal x verifier x init x topology inside one loop (loop.py):
-- `Topology`: the shape of the window. `plan` lays out the slots of one forward (which drafts, at
-  which positions, who sees whom, which roots emit a token) and returns them as a `Window`; `verify`
-  walks the window with the verifier's flags and returns a `Verdict` (chain, tree, rows).
+- `Topology`: the shape of the window. `plan` lays out the slots of one forward (at which positions,
+  who sees whom, which roots emit a token) and names the positions whose drafts they hold, as a
+  `Layout`; once the loop has those drafts, `place` puts them in the slots and returns the `Window`;
+  `verify` walks the window with the verifier's flags and returns a `Verdict` (chain, tree, rows).
 - `Verifier`: says which drafts pass and what a rejected slot emits (exact, greedy, lantern, gsd).
 - `Proposal`: turns the distributions past the commit point into next iteration's drafts and their
   references q (resample, coupled, vp, reuse).
-- `Init`: drafts for positions that were never predicted (random, uniform, left, above, argmax_left);
-  an init keeps whatever state it reads (a grid of guesses) itself and is told what happened.
+- `Init`: drafts for positions that were never predicted (random, uniform, left, above, argmax_left).
+  It reads a sample's current guesses (decided tokens, waiting drafts) from the loop; an init that
+  reads the distributions keeps them itself and is told them once per iteration (`observe_p`).
 
-Data flows one way: a part returns what it decides and never changes what it was given. A part is
-built from its config dataclass (`PartConfig`: its knobs, written once) by `Part.build`; parts that
-read the model (LANTERN's codebook, GSD's embeddings) override `build`. Optional hooks are methods of
-the base classes with defaults, so the loop calls them unconditionally.
+Data flows one way: a part returns what it decides and never changes what it was given; the loop
+alone keeps the state between iterations. A part is built from its config dataclass (`PartConfig`:
+its knobs with their defaults and a comment each, written once) by `Part.build`; parts that read the
+model (LANTERN's codebook, GSD's embeddings) override `build`. Optional hooks are methods of the
+base classes with defaults, so the loop calls them unconditionally.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 import numpy as np
@@ -32,8 +35,6 @@ if TYPE_CHECKING:
     from sjdbench.decoding.history import ProbabilityHistory
     from sjdbench.decoding.randomness import Draws
     from sjdbench.decoding.state import PendingDrafts
-
-KINDS = ("proposal", "verifier", "init", "topology")
 
 
 @dataclass
@@ -95,8 +96,8 @@ class Part(Generic[ConfigT]):
 
 
 @dataclass
-class Carried:
-    """The drafts waiting at the positions being re-proposed (S rows)."""
+class WaitingDrafts:
+    """The drafts waiting at the S positions being re-proposed (the coupling may keep them)."""
 
     drafts: torch.Tensor  # (S,) long; meaningless where has_old is False
     refs: torch.Tensor  # (S, V) their references q
@@ -105,19 +106,21 @@ class Carried:
 
 @dataclass
 class ProposalContext:
-    """Where the S re-proposed rows stand; rows are grouped by sample (see `Draws`)."""
+    """Where the S re-proposed positions stand, grouped by sample (see `Draws`)."""
 
-    samples: torch.Tensor  # (S,) batch row of each row's sample
+    samples: torch.Tensor  # (S,) batch index of each one's sample
     positions: torch.Tensor  # (S,) segment positions the new drafts are for
     history: ProbabilityHistory | None  # kept when the loop tracks growth or a part reads it
     growth: torch.Tensor | None  # (S, V) consecutive-growth mask M at these positions, or None
-    draws: Draws  # uniforms, each row from its own sample's generator
+    draws: Draws  # uniforms, each from its own sample's generator
 
 
 class Proposal(Part[ConfigT]):
     history_depth: int = 0  # iterations of per-position probability history it reads (0: none)
 
-    def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
+    def propose(
+        self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """From target distributions p (S, V): next drafts (S,) and their references q (S, V), the
         distributions they are verified against next iteration."""
         raise NotImplementedError
@@ -130,7 +133,7 @@ class Verifier(Part[ConfigT]):
     greedy: ClassVar[bool] = False  # the loop processes distributions at temperature 0 (Jacobi)
 
     def accept(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """p, q: (T, V); drafts, u: (T,) -> (T,) bool: which drafts pass, row by row."""
+        """p, q: (T, V); drafts, u: (T,) -> (T,) bool: which drafts pass, each against its own p and q."""
         raise NotImplementedError
 
     def replacement(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
@@ -156,30 +159,27 @@ class InitContext:
 
 
 class Init(Part[ConfigT]):
-    reads_p: ClassVar[bool] = False  # wants `observe_p` (the loop skips gathering the rows otherwise)
+    reads_p: ClassVar[bool] = False  # wants `observe_p` (the loop skips gathering the distributions otherwise)
 
     def begin(self, ctx: InitContext) -> Any:
         """The init's own state for a batch (None when it keeps none)."""
         return None
 
-    def fill(
-        self, state: Any, sample: int, positions: np.ndarray, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def fill(self, state: Any, sample: SampleView, positions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Drafts (F,) for never-predicted positions (F,) ascending of one sample, and the
-        distributions they were drawn from (F, V), or None for deterministic drafts (one-hot q)."""
+        distributions they were drawn from (F, V), or None for deterministic drafts (one-hot q).
+        It may read the sample's current guesses (`SampleView.guess`) and draw from its generator;
+        it changes nothing (the loop keeps the drafts waiting)."""
         raise NotImplementedError
 
-    def observe(self, state: Any, samples: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor) -> None:
-        """The current guess at these positions (decided tokens and new drafts) of these samples."""
-
     def observe_p(self, state: Any, samples: torch.Tensor, positions: torch.Tensor, p: torch.Tensor) -> None:
-        """This iteration's distributions (T, V) at these positions."""
+        """This iteration's distributions (T, V) at these positions of these samples (batch indices)."""
 
     def reset(self, state: Any, sample: int) -> None:
-        """A new sample takes this batch row."""
+        """A new sample takes this batch index."""
 
     def retain(self, state: Any, samples: list[int]) -> Any:
-        """The state of the kept batch rows, in this order."""
+        """The state of the kept batch indices, in this order."""
         return state
 
 
@@ -188,20 +188,17 @@ class Init(Part[ConfigT]):
 
 @dataclass
 class SampleView:
-    """One sample between iterations, as a topology's plan reads it (it changes nothing of it)."""
+    """One sample between iterations, as a topology's plan and an init read it (they change nothing of it)."""
 
-    row: int  # batch row
+    index: int  # its batch index
     tokens: torch.Tensor  # (N,) device: decided tokens, -1 elsewhere
     decided: np.ndarray  # (N,) bool host: known (committed, or emitted and re-fed next)
     cached: np.ndarray  # (N,) bool host: in the model's cache
     layout: SegmentLayout
     forced: torch.Tensor  # (N,) forced id or -1, on device
     legal: torch.Tensor  # (K,) legal image ids
-    pending: PendingDrafts
-    init: Init
-    init_state: Any
-    generator: torch.Generator
-    vocab_size: int
+    pending: PendingDrafts  # the drafts waiting in the batch
+    generator: torch.Generator  # the sample's own random numbers
 
     @property
     def n_positions(self) -> int:
@@ -212,68 +209,79 @@ class SampleView:
         open_ = np.flatnonzero(~self.decided)
         return int(open_[0]) if open_.size else self.n_positions
 
-    def drafts(self, positions: np.ndarray) -> tuple[Drafts, Drafts]:
-        """The drafts for `positions` (ascending): those waiting, the missing ones drafted by the init.
-        Returns (all of them in position order, the newly drafted ones)."""
-        positions = np.asarray(positions, dtype=np.int64)
-        missing = self.pending.missing(self.row, positions)
-        new_positions = positions[missing]
-        if new_positions.size:
-            tokens, refs = self.init.fill(self.init_state, self.row, new_positions, self.generator)
-            fresh = Drafts.made(new_positions, tokens, refs, self.vocab_size, fresh=True)
-        else:
-            fresh = Drafts.made(new_positions, self.tokens[:0], None, self.vocab_size, fresh=True)
-        if not missing.any():
-            return self.pending.get(self.row, positions), fresh
-        waiting = self.pending.get(self.row, positions[~missing])
-        merged = Drafts.cat([waiting, fresh])
-        order = np.argsort(merged.positions, kind="stable")
-        return merged.select(order), fresh
+    def guess(self, positions: np.ndarray) -> torch.Tensor:
+        """(k,) device: the current guess at these positions: the decided token, else the draft waiting
+        there, else -1 (never predicted)."""
+        guesses = self.tokens[torch.as_tensor(positions, device=self.tokens.device)]
+        waiting = ~self.decided[positions] & ~self.pending.missing(self.index, positions)
+        if not waiting.any():
+            return guesses
+        guesses[torch.as_tensor(np.flatnonzero(waiting), device=guesses.device)] = self.pending.tokens_at(
+            self.index, positions[waiting]
+        )
+        return guesses
 
 
 @dataclass
-class Window:
-    """One forward's L slots of one sample, as a forest.
+class Layout:
+    """One forward's L slots of one sample, as a forest, before its drafts are known.
 
     A root slot holds a token that is already decided (the last committed one, re-fed so that its
     logits predict the next position); every other slot is a draft whose parent is the slot it
     follows. A chain is one root with one child per slot, a draft tree one root with several children
-    per slot (siblings), rows in flight one chain per row. Each slot sees its ancestors only."""
+    per slot (siblings), rows in flight one chain per row. Each slot sees its ancestors only. The
+    drafts the slots hold are those for `wanted`: waiting ones, or fresh ones from the init."""
 
-    tokens: torch.Tensor  # (L,) device: slot inputs
     positions: np.ndarray  # (L,) host: segment position of each slot; its logits predict position + 1
     parent: np.ndarray  # (L,) host: parent slot, -1 for a root (parents come before children)
     sibling: np.ndarray  # (L,) host: index among its parent's children (siblings are tested in this order)
     depth: np.ndarray  # (L,) host: depth below its root
-    nodes: Drafts  # the draft slots (parent >= 0), in slot order
+    roots: torch.Tensor  # (R,) device: the tokens the root slots re-feed, in slot order
     commit_root: np.ndarray  # (L,) bool host: a root whose token enters the cache with this window
     emits: np.ndarray  # (L,) bool host: a root whose accepted path ends with an emitted token
     mask: torch.Tensor | None  # (L, L) bool: slot i sees slot j; None = the causal chain
-    filled: Drafts  # drafts the init made for this window (the loop keeps them waiting)
+    wanted: np.ndarray  # (D,) ascending: the positions whose drafts the slots hold
     decided: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # positions the plan
-    # itself decided (forced row ends that anchor a row), with their forced tokens as slot inputs
+    # itself decided (forced row ends that anchor a row), with their forced tokens as root inputs
     in_flight: int = 1  # rows that predict in this window (a root that only enters the cache is not one)
 
     def __len__(self) -> int:
         return int(self.positions.shape[0])
 
     @property
+    def root_slots(self) -> np.ndarray:
+        return np.flatnonzero(self.parent < 0)
+
+    @property
     def node_slots(self) -> np.ndarray:
+        """The draft slots (parent >= 0), in slot order."""
         return np.flatnonzero(self.parent >= 0)
 
     @functools.cached_property
     def node_of(self) -> np.ndarray:
-        """(L,) each draft slot's row in `nodes`, -1 for roots."""
+        """(L,) each draft slot's index in the window's `nodes`, -1 for roots."""
         index = np.full(len(self), -1, dtype=np.int64)
         slots = self.node_slots
         index[slots] = np.arange(slots.size)
         return index
 
+    def placed(self, tokens: torch.Tensor, nodes: Drafts) -> Window:
+        """The window of this layout whose slots hold `tokens` (L,), its draft slots `nodes`."""
+        return Window(**{f.name: getattr(self, f.name) for f in fields(Layout)}, tokens=tokens, nodes=nodes)
+
 
 @dataclass
-class TestRows:
-    """What each draft of a window is tested against (Q rows, one per draft slot, in slot order):
-    its parent's distribution, or for a later sibling the residual left after the earlier ones."""
+class Window(Layout):
+    """A layout with its drafts in place: what one forward feeds."""
+
+    tokens: torch.Tensor = field(kw_only=True)  # (L,) device: slot inputs
+    nodes: Drafts = field(kw_only=True)  # the draft slots' drafts (parent >= 0), in slot order
+
+
+@dataclass
+class TestDistributions:
+    """What each draft of a window is tested against (Q distributions, one per draft slot, in slot
+    order): its parent's distribution, or for a later sibling the residual left after the earlier ones."""
 
     p: torch.Tensor  # (Q, V)
     last: torch.Tensor  # (L, V) per slot: what its last child was tested against (its p without siblings)
@@ -291,7 +299,7 @@ class Verdict:
     emit_rejected: np.ndarray  # (E,) ... or, where a draft was rejected there (node index), its residual
     realized: np.ndarray  # (R,) the slots whose p is this iteration's observation (distinct targets)
     sources: np.ndarray  # (S,) slots whose p proposes the next drafts, one per target position
-    carried: np.ndarray  # (S,) per source: the draft slot waiting at its target (carried over), or -1
+    waiting: np.ndarray  # (S,) per source: the draft slot holding the draft that waits at its target, or -1
 
 
 class Topology(Part[ConfigT]):
@@ -306,16 +314,37 @@ class Topology(Part[ConfigT]):
         drafts or history for (the rings of `PendingDrafts` and `ProbabilityHistory` are this long)."""
         return max(window, 1)
 
-    def plan(self, sample: SampleView, window: int) -> Window:
+    def useful_window(self, layout: SegmentLayout) -> int:
+        """The most slots one forward can use on this layout: a larger window decodes the same tokens
+        (the config's range checks clamp the window to it). Every topology must say: a window past
+        what a forward can use only allocates caches for slots that are never fed."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how many slots a forward can use")
+
+    def longest_stay(self, window: int) -> int | None:
+        """The most iterations a position stays in a window of `window` slots before it is decided
+        (it is observed at most this often); None when no bound is known."""
+        return None
+
+    def plan(self, sample: SampleView, window: int) -> Layout:
         """The slots of the next forward (at most `window`); slot i predicts position positions[i] + 1."""
         raise NotImplementedError
 
-    def test_rows(self, window: Window, p: torch.Tensor, verifier: Verifier) -> TestRows:
-        """p (L, V): slot i's distribution over position positions[i] + 1 -> each draft's test row."""
+    def place(self, layout: Layout, drafts: Drafts, sample: SampleView) -> Window:
+        """The window with its drafts in place: every draft slot holds the draft for its position
+        (`drafts`: one per wanted position, ascending)."""
+        nodes = drafts.select(np.searchsorted(drafts.positions, layout.positions[layout.node_slots]))
+        device = layout.roots.device
+        tokens = torch.zeros(len(layout), dtype=torch.long, device=device)
+        tokens[torch.as_tensor(layout.root_slots, device=device)] = layout.roots
+        tokens[torch.as_tensor(layout.node_slots, device=device)] = nodes.tokens
+        return layout.placed(tokens, nodes)
+
+    def test_distributions(self, window: Window, p: torch.Tensor, verifier: Verifier) -> TestDistributions:
+        """p (L, V): slot i's distribution over position positions[i] + 1 -> what each draft is tested against."""
         raise NotImplementedError
 
     def verify(
-        self, window: Window, p: torch.Tensor, rows: TestRows, passed: np.ndarray, verifier: Verifier
+        self, window: Window, p: torch.Tensor, tests: TestDistributions, passed: np.ndarray, verifier: Verifier
     ) -> Verdict:
         """The walk over the window given which drafts passed their tests (Q,) (host)."""
         raise NotImplementedError

@@ -1,26 +1,45 @@
 """The registry of decoder parts: from a config (a name plus knobs) to a typed, checked `ResolvedPart`,
-and from a spec to a built part.
+and from a resolved part to a built part.
 
-A part is one file holding its config dataclass (its knobs: name, type, default and range check,
-written once) and the class built from it. It is registered by one YAML,
-`conf/decoder/<kind>/<name>.yaml`, whose `_target_` names that class and whose keys are the knob
-defaults users see (tests/test_config.py checks that they agree with the dataclass): the config group
-is the registry (the convention models and evaluators share: sjdbench.plugins), and a new part needs
-no edit anywhere else. Extra config directories (for parts of your own) come from `SJDBENCH_CONFIG_PATH`.
+A part is one file holding its config dataclass (its knobs: name, type, default, a comment saying
+what it does, and its range check, written once) and the class built from it. It is registered by
+one YAML, `conf/decoder/<kind>/<name>.yaml`, whose `_target_` names that class (and whose comment
+shows how to run it): the config group is the registry (the convention models and evaluators
+share: sjdbench.plugins), and a new part needs no edit anywhere else.
+Extra config directories (for parts of your own) come from `SJDBENCH_CONFIG_PATH`.
+
+Hydra composes the YAML, so the knobs a command line may set (`decoder.verifier.delta=0.2`) must be
+keys of the composed tree. `register_knob_defaults` stores each part's name and knob defaults, read
+from its dataclass, in Hydra's ConfigStore (group `decoder_knobs/<kind>`); the root config's
+defaults list merges the chosen part's entry under `decoder.<kind>` before the part's YAML and the
+preset, so a preset's own settings and the command line's overrides win, and a knob the chosen part
+does not have is still refused by name.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from sjdbench import plugins
-from sjdbench.decoding.parts import KINDS, Part, PartConfig
+from sjdbench.decoder_identity import PART_KINDS
+from sjdbench.decoding.parts import Part, PartConfig
 from sjdbench.errors import UserError, type_error_text
 
-__all__ = ["KINDS", "ResolvedPart", "default_part", "part_choices", "part_yaml", "resolve_part"]
+__all__ = [
+    "ResolvedPart",
+    "default_part",
+    "part_choices",
+    "part_knobs",
+    "part_yaml",
+    "register_knob_defaults",
+    "resolve_part",
+]
+
+KNOB_GROUP = "decoder_knobs"  # the ConfigStore group of the parts' knob defaults (conf/config.yaml reads it)
 
 
 def part_yaml(kind: str, name: str) -> Path | None:
@@ -29,6 +48,70 @@ def part_yaml(kind: str, name: str) -> Path | None:
 
 def part_choices(kind: str) -> list[str]:
     return plugins.names(f"decoder/{kind}")
+
+
+def _target(path: Path) -> str | None:
+    """The `_target_` a part's YAML names."""
+    target = plugins.read_yaml(path).get("_target_")
+    return target if isinstance(target, str) else None
+
+
+def _config_class(kind: str, name: str) -> type[PartConfig] | None:
+    """The config dataclass of a registered part; None when its class cannot be imported (resolving
+    it says why, in one line)."""
+    path = part_yaml(kind, name)
+    target = _target(path) if path is not None else None
+    if not target:
+        return None
+    try:
+        config_cls = getattr(plugins.locate(target, f"decoder.{kind}"), "Config", None)
+    except UserError:
+        return None
+    return config_cls if isinstance(config_cls, type) and issubclass(config_cls, PartConfig) else None
+
+
+def part_knobs(kind: str, name: str) -> tuple[str, ...]:
+    """The knobs of a registered part: its config dataclass's fields."""
+    config_cls = _config_class(kind, name)
+    return tuple(f.name for f in dataclasses.fields(config_cls)) if config_cls is not None else ()
+
+
+def knob_defaults(kind: str, name: str) -> dict[str, Any]:
+    """A part's name and the defaults of its knobs, as plain values (what the composed tree holds)."""
+    path = part_yaml(kind, name)
+    return dict(_knob_defaults(kind, name, str(path), path.stat().st_mtime_ns if path is not None else 0))
+
+
+@functools.cache
+def _knob_defaults(kind: str, name: str, path: str, mtime: int) -> tuple[tuple[str, Any], ...]:
+    """knob_defaults, read once per version of the part's YAML (every compose asks)."""
+    config_cls = _config_class(kind, name)
+    if config_cls is None:
+        return (("name", name),)
+    defaults = config_cls()  # every knob has a default (a part is built from its config's defaults)
+    return (("name", name), *((f.name, getattr(defaults, f.name)) for f in dataclasses.fields(defaults)))
+
+
+def register_knob_defaults() -> None:
+    """Store every registered part's name and knob defaults in Hydra's ConfigStore, as
+    `decoder_knobs/<kind>/<name>`: the root config merges the chosen part's under `decoder.<kind>`."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    store = ConfigStore.instance()
+    for kind in PART_KINDS:
+        for name in part_choices(kind):
+            node = knob_defaults(kind, name)
+            if _STORED.get((kind, name)) == node:  # every compose asks: store what changed only
+                continue
+            known = OmegaConf.create(node)
+            if _config_class(kind, name) is None:  # a part that cannot be imported: any knob composes, and
+                OmegaConf.set_struct(known, False)  # resolving the part then says why it cannot load
+            store.store(group=f"{KNOB_GROUP}/{kind}", name=name, node=known)
+            _STORED[(kind, name)] = node
+
+
+_STORED: dict[tuple[str, str], dict[str, Any]] = {}  # what register_knob_defaults stored, by part
 
 
 def _fmt(value: Any) -> str:

@@ -53,7 +53,7 @@ class Drafts:
         return Drafts(**{f: _join([getattr(p, f) for p in parts]) for f in FIELDS})
 
     @staticmethod
-    def made(
+    def new(
         positions: np.ndarray,
         tokens: torch.Tensor,
         refs: torch.Tensor | None,
@@ -105,6 +105,11 @@ class PendingDrafts:
         """(k,) bool: no draft waits at these positions."""
         return self.position[sample, positions % self.size] != positions
 
+    def tokens_at(self, sample: int, positions: np.ndarray) -> torch.Tensor:
+        """(k,) the tokens of the drafts waiting at these positions (every one must be present)."""
+        index = torch.as_tensor(sample * self.size + positions % self.size, device=self.tokens.device)
+        return self.tokens.index_select(0, index)
+
     def get(self, sample: int, positions: np.ndarray) -> Drafts:
         """The drafts waiting at these positions (every one must be present)."""
         entry = positions % self.size
@@ -135,9 +140,9 @@ class PendingDrafts:
         self.position[sample] = -1
 
     def retain(self, samples: list[int]) -> None:
-        """Keep these samples' rows, in this order (the batch shrank)."""
+        """Keep these samples' entries, in this order (the batch shrank)."""
         self.position, self.fresh = self.position[samples], self.fresh[samples]
-        rows = (np.asarray(samples)[:, None] * self.size + np.arange(self.size)).reshape(-1)
-        index = torch.as_tensor(rows, device=self.tokens.device)
+        entries = (np.asarray(samples)[:, None] * self.size + np.arange(self.size)).reshape(-1)
+        index = torch.as_tensor(entries, device=self.tokens.device)
         self.tokens, self.refs, self.flags = self.tokens[index], self.refs[index], self.flags[index]
         self.batch = len(samples)

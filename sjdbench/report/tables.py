@@ -27,6 +27,7 @@ import pandas as pd
 from sjdbench.eval.metrics.equivalence import ALPHA, claimed, equivalence, margin_for, margin_text
 from sjdbench.results.decoders import is_ar, is_greedy, setting_name
 from sjdbench.results.pairing import NO_SPEEDUP, find_baseline, speedup
+from sjdbench.statistics_table import REPORT, columned
 
 
 @dataclass(frozen=True)
@@ -105,18 +106,22 @@ def quality_digits(values) -> int:
     return int(max(2, 2 - math.floor(math.log10(float(np.median(finite))))))
 
 
-SPEED_METRICS = [
-    Metric("latency_s_mean", "latency (s)", 3, "min"),
-    Metric("speedup", "speedup", 2, "max", ci=True),
-    Metric("speedup_n", "N paired", 0),  # prompts the speedup pairs: always shown beside it
-    Metric("images_per_s", "images/s", 2, "max"),
-    Metric("nfe_mean", "NFE", 1, "min"),
-    Metric("step_compression", "step compression", 2, "max"),
-    Metric("acceptance_rate", "acceptance", 2, "max"),
-    Metric("mean_accepted_length", "accepted length", 2, "max"),
-    Metric("growth_share", "growth share", 2),
-    Metric("growth_precision", "growth precision", 2),
-]
+# the speedup over AR (sjdbench.results.pairing) and the prompts it pairs: always shown beside the
+# latency it divides
+PAIRING_METRICS = [Metric("speedup", "speedup", 2, "max", ci=True), Metric("speedup_n", "N paired", 0)]
+PAIRED_WITH = "latency_s_mean"
+
+
+def speed_metrics() -> list[Metric]:
+    """The decoding statistics the report shows (the statistics table's, timing first), with the
+    speedup beside the latency."""
+    metrics = []
+    for statistic in columned(REPORT):
+        metrics.append(Metric(statistic.name, statistic.header, statistic.digits, statistic.better))
+        if statistic.name == PAIRED_WITH:
+            metrics += PAIRING_METRICS
+    return metrics
+
 
 # run-level settings that become label columns when they differ inside one table
 RUN_SETTINGS = {
@@ -229,7 +234,7 @@ def main_table(
         f"main-{slug(model)}-{slug(data)}",
         f"{model} on {data}: decoders against AR",
         list(labels.values()),
-        SPEED_METRICS + q_metrics,
+        speed_metrics() + q_metrics,
         frame,
         group=group,
     )
@@ -313,7 +318,7 @@ def _ablation(members, dims, chain, family, pairings, scores, group) -> Table:
         name,
         f"{model} on {data}: {family} ({chain}) over {over}",
         list(labels.values()),
-        SPEED_METRICS + q_metrics,
+        speed_metrics() + q_metrics,
         frame,
         group=group,
     )

@@ -3,7 +3,8 @@ knobs they read): flat settings for ablation pivots, short names for those setti
 the decoder is lossless.
 
 Settings and names work on the stored dict alone, so a report never needs the config tree of the
-sjdbench that wrote the run. Losslessness is stored with each run (`decoder_lossless`); only for runs
+sjdbench that wrote the run; whether it is AR or greedy is read by sjdbench.decoder_identity, as the
+decoding layer reads it. Losslessness is stored with each run (`decoder_lossless`); only for runs
 written before that field existed is it asked of today's parts (`is_lossless`).
 """
 
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-KINDS = ("proposal", "verifier", "init", "topology")
+from sjdbench.decoder_identity import DEFAULT_TOPOLOGY, PART_KINDS, is_ar, is_greedy
+
+__all__ = ["flatten_spec", "is_ar", "is_greedy", "is_lossless", "part_chain", "setting_name"]
 
 # short column names for settings; a part's own knob symbols are looked up first (PartConfig.symbols)
 SETTING_NAMES = {
@@ -35,42 +38,16 @@ def flatten_spec(spec: dict[str, Any] | None, prefix: str = "") -> dict[str, Any
     return flat
 
 
-def is_ar(spec: dict[str, Any] | None) -> bool:
-    return spec is not None and spec.get("window") == 1
-
-
-def is_greedy(spec: dict[str, Any] | None) -> bool:
-    if not spec:
-        return False
-    if is_ar(spec):
-        return bool(spec.get("greedy"))
-    return (spec.get("verifier") or {}).get("name") == "greedy"
-
-
 def is_lossless(spec: dict[str, Any] | None) -> bool:
     """The fallback for runs that do not record `decoder_lossless` (the parts' own claim, stored by
-    the runner since it existed): rebuild each stored part with today's registry and ask it. A part
-    or knob this sjdbench does not know, or a stored part that differs from what today's part would
-    record (an older reading of it), counts as lossy: losslessness is a claim that needs a proof."""
-    from sjdbench.decoding.registry import resolve_part
-    from sjdbench.errors import UserError
+    the runner since it existed): the stored decoder resolved with today's registry, asked as a run
+    asks it (`ResolvedDecoder.lossless`). A part or knob this sjdbench does not know, or a stored part
+    that differs from what today's part would record (an older reading of it), counts as lossy:
+    losslessness is a claim that needs a proof."""
+    from sjdbench.decoding.build import decoder_of_identity
 
-    if not spec:
-        return False
-    if is_ar(spec):
-        return True
-    if set(spec) - {"window", "growth", *KINDS}:
-        return False
-    try:
-        parts = {
-            kind: resolve_part(kind, spec.get(kind) or ("chain" if kind == "topology" else None), f"decoder.{kind}")
-            for kind in KINDS
-        }
-    except UserError:
-        return False
-    if any(kind in spec and part.identity() != spec[kind] for kind, part in parts.items()):
-        return False
-    return all(part.lossless() for part in parts.values())
+    decoder = decoder_of_identity(spec) if spec else None
+    return decoder is not None and decoder.lossless()
 
 
 def part_chain(spec: dict[str, Any] | None) -> str:
@@ -88,7 +65,7 @@ def part_chain(spec: dict[str, Any] | None) -> str:
         return str(part.get("name", "?")) + (f"({','.join(inner)})" if inner else "")
 
     topology = (spec.get("topology") or {}).get("name")
-    shape = f"+{topology}" if topology and topology != "chain" else ""
+    shape = f"+{topology}" if topology and topology != DEFAULT_TOPOLOGY else ""
     return f"{names(spec.get('proposal') or {})}+{names(spec.get('verifier') or {})}{shape}"
 
 
@@ -97,7 +74,7 @@ def setting_name(key: str) -> str:
     if key in SETTING_NAMES:
         return SETTING_NAMES[key]
     parts = key.split(".")
-    if len(parts) >= 2 and parts[0] in KINDS:
+    if len(parts) >= 2 and parts[0] in PART_KINDS:
         knob = parts[-1]
         symbol = _symbols().get(knob, knob)
         middle = parts[1:-1]
@@ -113,7 +90,7 @@ def _symbols() -> dict[str, str]:
         from sjdbench.decoding.registry import default_part, part_choices
         from sjdbench.errors import UserError
 
-        for kind in KINDS:
+        for kind in PART_KINDS:
             for name in part_choices(kind):
                 try:
                     _SYMBOLS.update(default_part(kind, name).config.symbols)

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from sjdbench.decoder_identity import PART_KINDS
 from sjdbench.errors import UserError
-from sjdbench.results.decoders import KINDS
 from sjdbench.results.files import read_yaml
 from sjdbench.results.root import WORD, results_root, split_results_dir
 from sjdbench.results.runs import DAMAGED, NEWER, with_baselines
@@ -89,10 +89,10 @@ def _column(key: str) -> tuple[str, bool] | None:
     if key in ALIASES:
         return ALIASES[key], True
     match = re.fullmatch(r"decoder[./](\w+)", key)
-    if match and match.group(1) in KINDS:
+    if match and match.group(1) in PART_KINDS:
         return f"spec.{match.group(1)}.name", True
     match = re.fullmatch(r"decoder\.(\w+)((?:\.\w+)+)", key)
-    if match and match.group(1) in KINDS:
+    if match and match.group(1) in PART_KINDS:
         return f"spec.{match.group(1)}{match.group(2)}", True
     if key in SUMMARY_FIELDS:
         return key, key in DECODER_SIDE or key in ("window", "growth_steps")

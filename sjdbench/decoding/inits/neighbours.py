@@ -1,12 +1,13 @@
 """What the inits share: uniform draws over the image tokens, forced tokens at forced positions, and
-the state and machinery of the spatial inits, which copy a grid neighbour's guess.
+the machinery of the spatial inits, which copy a grid neighbour's guess.
 
-The spatial inits keep their own `Guesses` (per sample and position: the current guess, decided
-token or waiting draft, and the argmax of the latest distribution), told by the loop through
-`Init.observe` / `Init.observe_p`. The fill is vectorised: neighbour indices are resolved on the host
-from fixed layout tables (a neighbour that is itself fresh in the same call is followed to its
-source), and the device only does gathers, so no host sync happens. Where the neighbour does not
-exist (first column / first row) they fall back to a uniform random draw.
+A neighbour's guess is what the loop holds at its position: the decided token, else the draft waiting
+there (`SampleView.guess`). `argmax_left` also reads the argmax of the neighbour's latest
+distribution, which it keeps itself (`Latest`, told through `Init.observe_p`). The fill is
+vectorised: neighbour indices are resolved on the host from fixed layout tables (a neighbour that is
+itself fresh in the same call is followed to its source), and the device only does gathers, so no
+host sync happens. Where the neighbour does not exist (first column / first row) or was never
+predicted they fall back to a uniform random draw.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 
 from sjdbench.adapter import SegmentLayout
-from sjdbench.decoding.parts import Init, InitContext, NoKnobs
+from sjdbench.decoding.parts import Init, InitContext, NoKnobs, SampleView
 
 
 def neighbour_tables(layout: SegmentLayout) -> tuple[np.ndarray, np.ndarray]:
@@ -46,17 +47,15 @@ def with_forced(positions: np.ndarray, drafts: torch.Tensor, forced: torch.Tenso
 
 
 @dataclass
-class Guesses:
-    """Per sample and position (B, N): the current guess (-1 unknown) and the argmax of the latest
-    distribution there (-1 unknown)."""
+class Latest:
+    """Per sample and position (B, N): the argmax of the latest distribution there (-1 unknown)."""
 
     ctx: InitContext
-    guess: torch.Tensor
     argmax: torch.Tensor
 
 
 class SpatialInit(Init[NoKnobs]):
-    """Base of the inits that copy a grid neighbour: they keep `Guesses`."""
+    """Base of the inits that copy a grid neighbour's guess."""
 
     table = "left"  # which neighbour: left | above
     use_argmax = False  # copy the neighbour's latest argmax when known (else its guess)
@@ -71,20 +70,17 @@ class SpatialInit(Init[NoKnobs]):
         test stays exact whatever the draft."""
         return True
 
-    def begin(self, ctx: InitContext) -> Guesses:
-        n = ctx.layout.n_positions
-        unknown = torch.full((ctx.batch, n), -1, dtype=torch.long, device=ctx.forced.device)
-        return Guesses(ctx, unknown, unknown.clone())
+    def begin(self, ctx: InitContext) -> Latest:
+        width = ctx.layout.n_positions if self.use_argmax else 0  # only argmax_left reads the distributions
+        return Latest(ctx, torch.full((ctx.batch, width), -1, dtype=torch.long, device=ctx.forced.device))
 
-    def fill(
-        self, state: Guesses, sample: int, positions: np.ndarray, generator: torch.Generator
-    ) -> tuple[torch.Tensor, None]:
+    def fill(self, state: Latest, sample: SampleView, positions: np.ndarray) -> tuple[torch.Tensor, None]:
         """Drafts copied from each position's neighbour (its latest argmax if `use_argmax` and known,
-        else its guess); uniform where there is none. The drafts become the positions' guesses."""
+        else its guess); uniform where there is none."""
         ctx = state.ctx
         device = ctx.legal.device
         count = len(positions)
-        drafts = uniform_drafts(count, ctx.legal, generator)  # (F,)
+        drafts = uniform_drafts(count, ctx.legal, sample.generator)  # (F,)
         source = (ctx.left_of if self.table == "left" else ctx.above_of)[positions]  # (F,) host
         slot_of = {int(pos): i for i, pos in enumerate(positions)}
         root_slot = np.arange(count)  # a neighbour that is fresh too: follow it to its root slot
@@ -97,25 +93,18 @@ class SpatialInit(Init[NoKnobs]):
                 existing[i] = src
         drafts = drafts[torch.as_tensor(root_slot, device=device)]  # chains share one random draw
         src_t = torch.as_tensor(existing, device=device)
-        copied = state.guess[sample, src_t.clamp_min(0)]
+        copied = sample.guess(np.maximum(existing, 0))
         if self.use_argmax:
-            latest = state.argmax[sample, src_t.clamp_min(0)]
+            latest = state.argmax[sample.index, src_t.clamp_min(0)]
             copied = torch.where(latest >= 0, latest, copied)
-        drafts = with_forced(positions, torch.where((src_t >= 0) & (copied >= 0), copied, drafts), ctx.forced)
-        state.guess[sample, torch.as_tensor(positions, device=device)] = drafts
-        return drafts, None
+        return with_forced(positions, torch.where((src_t >= 0) & (copied >= 0), copied, drafts), ctx.forced), None
 
-    def observe(self, state: Guesses, samples: torch.Tensor, positions: torch.Tensor, tokens: torch.Tensor) -> None:
-        state.guess[samples, positions] = tokens
-
-    def observe_p(self, state: Guesses, samples: torch.Tensor, positions: torch.Tensor, p: torch.Tensor) -> None:
+    def observe_p(self, state: Latest, samples: torch.Tensor, positions: torch.Tensor, p: torch.Tensor) -> None:
         if self.use_argmax:
             state.argmax[samples, positions] = p.argmax(-1)
 
-    def reset(self, state: Guesses, sample: int) -> None:
-        state.guess[sample] = -1
+    def reset(self, state: Latest, sample: int) -> None:
         state.argmax[sample] = -1
 
-    def retain(self, state: Guesses, samples: list[int]) -> Guesses:
-        index = torch.as_tensor(samples, device=state.guess.device)
-        return Guesses(state.ctx, state.guess[index], state.argmax[index])
+    def retain(self, state: Latest, samples: list[int]) -> Latest:
+        return Latest(state.ctx, state.argmax[torch.as_tensor(samples, device=state.argmax.device)])

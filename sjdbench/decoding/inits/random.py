@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from sjdbench.decoding.inits.neighbours import uniform_drafts, with_forced
-from sjdbench.decoding.parts import Init, InitContext, NoKnobs
+from sjdbench.decoding.parts import Init, InitContext, NoKnobs, SampleView
 
 
 class RandomInit(Init[NoKnobs]):
@@ -20,6 +20,6 @@ class RandomInit(Init[NoKnobs]):
         return ctx
 
     def fill(
-        self, state: InitContext, sample: int, positions: np.ndarray, generator: torch.Generator
+        self, state: InitContext, sample: SampleView, positions: np.ndarray
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return with_forced(positions, uniform_drafts(len(positions), state.legal, generator), state.forced), None
+        return with_forced(positions, uniform_drafts(len(positions), state.legal, sample.generator), state.forced), None

@@ -11,17 +11,15 @@ import numpy as np
 import torch
 
 from sjdbench.decoding.inits.random import RandomInit
-from sjdbench.decoding.parts import InitContext
+from sjdbench.decoding.parts import InitContext, SampleView
 from sjdbench.decoding.processing import one_hot
 
 
 class UniformInit(RandomInit):
-    def fill(
-        self, state: InitContext, sample: int, positions: np.ndarray, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def fill(self, state: InitContext, sample: SampleView, positions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Drafts (F,), with references (F, V): uniform over the image tokens at image positions,
         one-hot at forced ones."""
-        drafts, _ = super().fill(state, sample, positions, generator)
+        drafts, _ = super().fill(state, sample, positions)
         vocab_size = state.vocab_size
         uniform = torch.zeros(vocab_size, dtype=state.dtype, device=drafts.device)
         uniform[state.legal] = 1.0 / state.legal.numel()

@@ -1,11 +1,11 @@
 """`coupled` — token reuse by maximal coupling (SJD++'s reuse as MC-SJD publishes it; SJD-PAC's
 adaptive continuation).
 
-Past the first rejection every carried draft is tested again against its slot's new distribution p:
+Past the first rejection every waiting draft is tested again against its slot's new distribution p:
 it is kept with probability min(1, p(d)/q_old(d)), else replaced by a draw from norm([p - q_old]_+).
 The new draft is still distributed exactly as p, but equals the old one as often as any coupling
 allows, so the context of later slots stops changing and their verification passes. Slots without a
-carried draft (the window's last) draw from p.
+waiting draft (the window's last) draw from p.
 
 The loop hands this proposal every slot past the commit point, so every draft after the first
 rejection is coupled: the released MC-SJD code's loop that does not stop at the first rejection
@@ -31,7 +31,7 @@ from typing import ClassVar, Optional
 
 import torch
 
-from sjdbench.decoding.parts import Carried, PartConfig, Proposal, ProposalContext
+from sjdbench.decoding.parts import PartConfig, Proposal, ProposalContext, WaitingDrafts
 from sjdbench.decoding.processing import residual, sample
 from sjdbench.errors import UserError
 
@@ -60,9 +60,11 @@ class CoupledProposal(Proposal[CoupledConfig]):
         """Maximal coupling with q := new p is exact; a ratio threshold (tau) or the old reference is not."""
         return config.tau is None and config.reference == "new_p"
 
-    def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """p: (S, V); carried drafts (S,) with references (S, V) -> drafts (S,), references (S, V)."""
-        old, old_q, has_old = carried.drafts, carried.refs, carried.has_old
+    def propose(
+        self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """p: (S, V); the waiting drafts (S,) with references (S, V) -> drafts (S,), references (S, V)."""
+        old, old_q, has_old = waiting.drafts, waiting.refs, waiting.has_old
         p_d = p.gather(-1, old[:, None]).squeeze(-1)  # (S,)
         q_d = old_q.gather(-1, old[:, None]).squeeze(-1)
         u = ctx.draws.uniform().to(p.dtype)

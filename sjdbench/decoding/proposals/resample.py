@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from sjdbench.decoding.parts import Carried, NoKnobs, Proposal, ProposalContext
+from sjdbench.decoding.parts import NoKnobs, Proposal, ProposalContext, WaitingDrafts
 from sjdbench.decoding.processing import sample
 
 
@@ -18,6 +18,8 @@ class ResampleProposal(Proposal[NoKnobs]):
         """Each draft is drawn from p and stored with q = p: the exact test stays exact."""
         return True
 
-    def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
+    def propose(
+        self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """p: (S, V) -> drafts (S,) ~ p, references p."""
         return sample(p, ctx.draws), p

@@ -3,10 +3,10 @@
 PJD's released code was not available to compare against; docs/READINGS.md (PJD) says what was
 checked instead.
 
-Past the commit point a carried draft is kept, together with its old reference q, when
+Past the commit point a waiting draft is kept, together with its old reference q, when
 min(1, p(d)/q(d)) > threshold; otherwise the slot draws a new draft from p and its reference becomes
 p. Keeping the old q breaks "draft ~ q" for the next test, so this is not exact (the exact rule is
-`coupled`, the maximal coupling). Slots without a carried draft draw from p.
+`coupled`, the maximal coupling). Slots without a waiting draft draw from p.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import torch
 
-from sjdbench.decoding.parts import Carried, PartConfig, Proposal, ProposalContext
+from sjdbench.decoding.parts import PartConfig, Proposal, ProposalContext, WaitingDrafts
 from sjdbench.decoding.processing import sample
 from sjdbench.errors import UserError
 
@@ -40,11 +40,13 @@ class ReuseProposal(Proposal[ReuseConfig]):
         """A reused draft keeps a reference it was not drawn from under the new context: lossy."""
         return False
 
-    def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """p: (S, V); carried drafts (S,) with references (S, V) -> drafts (S,) and references (S, V)."""
-        old, old_q = carried.drafts, carried.refs
+    def propose(
+        self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """p: (S, V); the waiting drafts (S,) with references (S, V) -> drafts (S,) and references (S, V)."""
+        old, old_q = waiting.drafts, waiting.refs
         p_d = p.gather(-1, old[:, None]).squeeze(-1)  # (S,)
         q_d = old_q.gather(-1, old[:, None]).squeeze(-1)
-        keep = (p_d > self.config.threshold * q_d) & carried.has_old  # min(1, p/q) > threshold without a division
+        keep = (p_d > self.config.threshold * q_d) & waiting.has_old  # min(1, p/q) > threshold without a division
         drafts = torch.where(keep, old, sample(p, ctx.draws))
         return drafts, torch.where(keep[:, None], old_q, p)

@@ -22,7 +22,7 @@ from typing import ClassVar
 import torch
 
 from sjdbench.decoding.history import ProbabilityHistory
-from sjdbench.decoding.parts import Carried, PartConfig, Proposal, ProposalContext
+from sjdbench.decoding.parts import PartConfig, Proposal, ProposalContext, WaitingDrafts
 from sjdbench.errors import UserError
 
 EPS = 1e-12
@@ -122,12 +122,14 @@ class VPProposal(Proposal[VPConfig]):
         self.inner = inner if inner is not None else ResampleProposal()
         self.history_depth = self.config.history + 1  # the EWA reads H past iterations plus the current one
 
-    def propose(self, p: torch.Tensor, carried: Carried, ctx: ProposalContext) -> tuple[torch.Tensor, torch.Tensor]:
+    def propose(
+        self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw with the inner rule from p' (S, V); the reference is p' (exact) or p (literal)."""
         if ctx.history is None or ctx.growth is None:
             raise ValueError("VP needs the loop's probability history and growth mask")
         config = self.config
         pbar, has_history = ewa_reference(ctx.history, ctx.samples, ctx.positions, config.history, config.gamma)
         fused = fuse(p, pbar, ctx.growth & has_history[:, None], config)
-        drafts, _ = self.inner.propose(fused, carried, ctx)
+        drafts, _ = self.inner.propose(fused, waiting, ctx)
         return drafts, (fused if config.reference == "fused" else p)

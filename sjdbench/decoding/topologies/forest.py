@@ -22,9 +22,9 @@ taken first.)
 After verification the slots whose p turns into next drafts (the *sources*) are the chain of first
 children below where the walk ended, then, past its end, the root's first-child path (a tree's main
 path): their positions come right after the decided ones. The draft waiting at each target is
-carried to the proposal (the coupling may keep it); a draft that was rejected and not replaced by an
-emitted token is dropped and redrawn from p. No draft the verifier looked at is carried, so the
-carried drafts are still distributed as their references: the coupling stays exact.
+handed to the proposal (the coupling may keep it); a draft that was rejected and not replaced by an
+emitted token is dropped and redrawn from p. No draft the verifier looked at is handed on, so the
+waiting drafts are still distributed as their references: the coupling stays exact.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sjdbench.decoding.parts import ConfigT, TestRows, Topology, Verdict, Verifier, Window
+from sjdbench.decoding.parts import ConfigT, TestDistributions, Topology, Verdict, Verifier, Window
 
 SELECT = ("first", "longest")
 
@@ -75,13 +75,13 @@ def ancestor_mask(parent: np.ndarray, hidden_roots: np.ndarray | None = None) ->
 class ForestTopology(Topology[ConfigT]):
     """Verification of any forest of drafts (trees of siblings, several rows' chains)."""
 
-    def test_rows(self, window: Window, p: torch.Tensor, verifier: Verifier) -> TestRows:
+    def test_distributions(self, window: Window, p: torch.Tensor, verifier: Verifier) -> TestDistributions:
         """First children are tested against their parent's p; a later sibling k against the residual
         p_k left after siblings 0..k-1 (RRS), computed for every parent at once per k. Device work
         only: no host sync."""
         nodes, slots = window.nodes, window.node_slots
         parent = window.parent[slots]
-        rows = p[torch.as_tensor(parent, device=p.device)]  # (Q, V)
+        tested_against = p[torch.as_tensor(parent, device=p.device)]  # (Q, V)
         sibling = window.sibling[slots]
         last = p  # (L, V): per slot, the distribution its next child is tested against
         longest = self.select == "longest"
@@ -100,17 +100,17 @@ class ForestTopology(Topology[ConfigT]):
                 exhausted = exhausted.index_copy(0, owners, empty)
                 fails = fails.index_copy(0, later_t, empty)
             last = last.index_copy(0, owners, residual)
-            rows = rows.index_copy(0, later_t, residual)
-        return TestRows(rows, last, fails)
+            tested_against = tested_against.index_copy(0, later_t, residual)
+        return TestDistributions(tested_against, last, fails)
 
     def verify(
-        self, window: Window, p: torch.Tensor, rows: TestRows, passed: np.ndarray, verifier: Verifier
+        self, window: Window, p: torch.Tensor, tests: TestDistributions, passed: np.ndarray, verifier: Verifier
     ) -> Verdict:
         kids = children_of(window)
         node_of = window.node_of
         best = self._longest_below(window, passed, kids, node_of) if self.select == "longest" else None
         tested: list[int]  # the children _choose tested, in walk order
-        accepted, tested, emit_slots, realized, sources, carried = [], [], [], [], [], []
+        accepted, tested, emit_slots, realized, sources, waiting = [], [], [], [], [], []
         bases, rejected = [], []
         for root in np.flatnonzero(window.parent < 0).tolist():
             end, path = root, []
@@ -129,17 +129,17 @@ class ForestTopology(Topology[ConfigT]):
                 else:  # every draft on the path passed: the bonus draw from the last slot's p
                     bases.append(end)
                     rejected.append(-1)
-            cont, carry = self.continuation(window, root, end, kids)
+            cont, waits = self.continuation(window, root, end, kids)
             accepted += path
             sources += cont
-            carried += carry
+            waiting += waits
             realized += [root] + path + (cont if emits else cont[1:])  # cont[0] is `end`
         as_array = lambda xs: np.asarray(xs, dtype=np.int64)  # noqa: E731
         rejected_ = as_array(rejected)
         # the base of a residual is the last sibling's test distribution; of a bonus, the slot's own p
         base = torch.where(
             torch.as_tensor(rejected_ >= 0, device=p.device)[:, None],
-            rows.last[torch.as_tensor(as_array(bases), device=p.device)],
+            tests.last[torch.as_tensor(as_array(bases), device=p.device)],
             p[torch.as_tensor(as_array(bases), device=p.device)],
         )
         return Verdict(
@@ -150,33 +150,33 @@ class ForestTopology(Topology[ConfigT]):
             rejected_,
             as_array(realized),
             as_array(sources),
-            as_array(carried),
+            as_array(waiting),
         )
 
     @staticmethod
     def continuation(window: Window, root: int, end: int, kids: list[list[int]]) -> tuple[list[int], list[int]]:
         """The slots whose p proposes the next drafts, one per position from the first undecided one
-        on, and the draft slot each carries (-1: none).
+        on, and for each the draft slot holding the draft that waits at its target (-1: none).
 
         The source of position t's proposal is the slot at t - 1 on the chain of first children below
         `end` (its context is the accepted path), else the slot at t - 1 on the root's first-child path
         (a tree's main path, whose context holds a rejected sibling, as a chain's does after a
-        rejection). The carried draft is the one waiting at t on the same two chains, except the draft
-        just rejected at an unemitted position, which is redrawn."""
+        rejection). The waiting draft is the one at t on the same two chains, except the draft just
+        rejected at an unemitted position, which is redrawn."""
         position = window.positions
         emits = bool(window.emits[root])
         near = {int(position[s]): s for s in [end, *first_children(end, kids)]}
         main = {int(position[s]): s for s in [root, *first_children(root, kids)]}
         start = int(position[end]) + (2 if emits else 1)  # first undecided position after the walk
-        cont, carry = [], []
+        cont, waits = [], []
         for t in range(start, start + len(window)):
             source = near.get(t - 1, main.get(t - 1))
             if source is None:
                 break
             waiting = near.get(t, main.get(t))
             cont.append(source)
-            carry.append(-1 if waiting is None or (not emits and t == start) else waiting)
-        return cont, carry
+            waits.append(-1 if waiting is None or (not emits and t == start) else waiting)
+        return cont, waits
 
     def _choose(
         self, children: list[int], passed: np.ndarray, node_of: np.ndarray, best: np.ndarray | None, tested: list[int]

@@ -25,14 +25,17 @@ ZipAR: one token per row per forward, sampled from p with no drafts and no verif
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
 
-from sjdbench.decoding.parts import PartConfig, SampleView, Window
+from sjdbench.decoding.parts import Layout, PartConfig, SampleView
 from sjdbench.decoding.topologies.forest import ForestTopology, ancestor_mask
 from sjdbench.errors import UserError
+
+if TYPE_CHECKING:
+    from sjdbench.adapter import SegmentLayout
 
 EMIT = ("leading", "all")
 
@@ -105,7 +108,7 @@ class RowsTopology(ForestTopology[RowsConfig]):
         self.row_window, self.row_start, self.emit, self.max_rows = c.row_window, c.row_start, c.emit, c.max_rows
         self._bands: dict[int, Bands] = {}
 
-    def span(self, layout, window: int) -> int:
+    def span(self, layout: SegmentLayout, window: int) -> int:
         """Rows in flight keep drafts and history from the leading row's frontier to the last row's
         drafts: at most one band per row in flight (each needs a slot), plus the row window."""
         bands = self.bands(layout)
@@ -120,7 +123,11 @@ class RowsTopology(ForestTopology[RowsConfig]):
             self._bands[key] = Bands.of(layout)
         return self._bands[key]
 
-    def plan(self, sample: SampleView, window: int) -> Window:
+    def useful_window(self, layout: SegmentLayout) -> int:
+        """Never more slots than positions left (every row's chain holds distinct positions)."""
+        return layout.n_positions
+
+    def plan(self, sample: SampleView, window: int) -> Layout:
         bands = self.bands(sample.layout)
         decided, cached = sample.decided.copy(), sample.cached  # the plan decides anchors on its copy
         H, width = bands.cells.shape
@@ -139,8 +146,8 @@ class RowsTopology(ForestTopology[RowsConfig]):
         tokens = sample.tokens
         for r in range(H):  # a decided token not yet cached whose row gets no chain now: cache it (one slot)
             last = frontier[r] - 1
-            waiting = last >= bands.start[r] and decided[last] and not cached[last]
-            if waiting and (complete[r] or r < leading) and budget > 0:
+            uncached = last >= bands.start[r] and decided[last] and not cached[last]
+            if uncached and (complete[r] or r < leading) and budget > 0:
                 chains.append((last, tokens[last : last + 1], True, [], False))
                 budget -= 1
         for r in range(leading, H):
@@ -174,45 +181,36 @@ class RowsTopology(ForestTopology[RowsConfig]):
             chains.append((root, token, commit, list(range(f, f + slots - 1)), r == leading or self.emit == "all"))
             in_flight += 1
 
-        wanted = np.array(sorted(p for *_, positions, _ in chains for p in positions), dtype=np.int64)
-        drafts, filled = sample.drafts(wanted)  # one init call for every row's new drafts
         parent: list[int]
-        parent, positions, slot_tokens, node_positions = [], [], [], []
+        parent, positions, root_tokens = [], [], []
         commit_root, emits, hidden, shared, depth = [], [], [], [], []
         for root, token, commit, chain, emitting in chains:
             base = len(parent)
             parent += [-1, *range(base, base + len(chain))]
             positions += [root, *chain]
             depth += list(range(len(chain) + 1))
-            slot_tokens.append(token)
-            node_positions += chain
+            root_tokens.append(token)
             commit_root += [commit] + [False] * len(chain)
             emits += [emitting] + [False] * len(chain)
             hidden += [bool(cached[root])] + [False] * len(chain)
             shared += [bool(decided[root] and not cached[root])] + [False] * len(chain)
-        nodes = drafts.select(np.searchsorted(drafts.positions, np.array(node_positions, dtype=np.int64)))
-        roots_tokens = torch.cat(slot_tokens)
+        roots = torch.cat(root_tokens)
         parent_arr = np.array(parent, dtype=np.int64)
-        device = roots_tokens.device
-        full = torch.zeros(len(parent), dtype=torch.long, device=device)
-        full[torch.as_tensor(np.flatnonzero(parent_arr < 0), device=device)] = roots_tokens
-        full[torch.as_tensor(np.flatnonzero(parent_arr >= 0), device=device)] = nodes.tokens
         pos = np.array(positions, dtype=np.int64)
         mask = ancestor_mask(parent_arr, np.array(hidden, dtype=bool))
         if any(shared):  # decided tokens entering the cache now are context for every later slot
             cols = np.flatnonzero(shared)
             mask[:, cols] |= pos[:, None] > pos[cols][None, :]
-        return Window(
-            tokens=full,
+        return Layout(
             positions=pos,
             parent=parent_arr,
             sibling=np.zeros(len(parent), dtype=np.int64),
             depth=np.array(depth, dtype=np.int64),
-            nodes=nodes,
+            roots=roots,
             commit_root=np.array(commit_root, dtype=bool),
             emits=np.array(emits, dtype=bool),
-            mask=torch.from_numpy(mask).to(device),
-            filled=filled,
+            mask=torch.from_numpy(mask).to(roots.device),
+            wanted=np.sort(pos[parent_arr >= 0]),  # every row's drafts: one init call for the new ones
             decided=np.array(decided_now, dtype=np.int64),
             in_flight=max(in_flight, 1),
         )

@@ -15,24 +15,28 @@ Verification is recursive rejection sampling over siblings (forest.py), exact wi
 it is not exact. Defaults K = 3, D = 3 are the released code's (its README says K = 4).
 
 The tree's shape depends only on the branching widths and the main path's length, so it is built
-once per shape (parents, siblings, depths, the ancestor mask) and reused.
+once per shape (parents, siblings, depths, the ancestor mask) and reused. The plan lays out the shape
+and wants the main path's drafts; `place` draws the siblings from them.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 import torch
 
-from sjdbench.decoding.parts import PartConfig, SampleView, Window
+from sjdbench.decoding.parts import Layout, PartConfig, SampleView, Window
 from sjdbench.decoding.processing import sample
 from sjdbench.decoding.randomness import Draws
 from sjdbench.decoding.state import Drafts
 from sjdbench.decoding.topologies.forest import SELECT, ForestTopology, ancestor_mask
 from sjdbench.errors import UserError
+
+if TYPE_CHECKING:
+    from sjdbench.adapter import SegmentLayout
 
 
 @dataclass
@@ -109,6 +113,14 @@ def tree_shape(widths: tuple[int, ...], main_len: int) -> Shape:
     )
 
 
+@dataclass
+class TreeLayout(Layout):
+    """A tree's layout: its branching widths and where each draft slot's draft comes from."""
+
+    widths: list[int] = field(kw_only=True)  # children per parent at depths 1.. (1 at forced positions)
+    entry: np.ndarray = field(kw_only=True)  # (L - 1,) per draft slot: index into main drafts + siblings
+
+
 class TreeTopology(ForestTopology[TreeConfig]):
     Config = TreeConfig
 
@@ -126,7 +138,15 @@ class TreeTopology(ForestTopology[TreeConfig]):
     def siblings(self) -> int:
         return self.width
 
-    def plan(self, sample: SampleView, window: int) -> Window:
+    def useful_window(self, layout: SegmentLayout) -> int:
+        """The full K-ary tree's branches, then the first-child path to the end of the image."""
+        return tree_size([self.width] * max(self.depth - 1, 0)) + layout.n_positions
+
+    def longest_stay(self, window: int) -> int:
+        """The first-child path is at most the window long, and every iteration decides its first position."""
+        return window
+
+    def plan(self, sample: SampleView, window: int) -> TreeLayout:
         n, N = sample.frontier(), sample.n_positions
         deepest = N - n - 1  # a slot at depth d predicts position n + d
         n_legal = int(sample.legal.numel())
@@ -135,25 +155,30 @@ class TreeTopology(ForestTopology[TreeConfig]):
         while widths and tree_size(widths) > window:  # the full tree must fit in the window
             widths.pop()
         main_len = min(len(widths) + 1 + window - tree_size(widths), deepest + 1)  # slots on the first-child path
-        main, filled = sample.drafts(np.arange(n, n + main_len - 1))  # depths 1 .. main_len-1
         shape = tree_shape(tuple(widths), main_len)
-        extra = self._siblings(main, widths, sample.legal, sample.generator)
-        nodes = Drafts.cat([main, extra]).select(shape.entry)
         L = shape.parent.size
         roots = np.zeros(L, dtype=bool)
         roots[0] = True
-        return Window(
-            tokens=torch.cat([sample.tokens[n - 1 : n], nodes.tokens]),
+        return TreeLayout(
             positions=n - 1 + shape.depth,
             parent=shape.parent,
             sibling=shape.sibling,
             depth=shape.depth,
-            nodes=nodes,
+            roots=sample.tokens[n - 1 : n],
             commit_root=roots,
             emits=roots.copy(),
             mask=self._device_mask((tuple(widths), main_len), shape, sample.tokens.device),
-            filled=filled,
+            wanted=np.arange(n, n + main_len - 1),  # the first-child path's drafts, depths 1 .. main_len-1
+            widths=widths,
+            entry=shape.entry,
         )
+
+    def place(self, layout: Layout, drafts: Drafts, sample: SampleView) -> Window:
+        """The main path holds the drafts; each branching level's siblings are drawn from them."""
+        tree = cast(TreeLayout, layout)  # this topology's plan made it
+        extra = self._siblings(drafts, tree.widths, sample.legal, sample.generator)
+        nodes = Drafts.cat([drafts, extra]).select(tree.entry)
+        return layout.placed(torch.cat([layout.roots, nodes.tokens]), nodes)
 
     def _device_mask(self, key: tuple, shape: Shape, device: torch.device) -> torch.Tensor | None:
         if shape.mask is None:
@@ -172,11 +197,13 @@ class TreeTopology(ForestTopology[TreeConfig]):
         if not levels:
             return main.select(np.zeros(0, dtype=np.int64))
         device = main.tokens.device
-        rows = torch.as_tensor([d - 1 for d in levels], device=device)
-        q = main.refs[rows]  # (B, V)
+        level_drafts = torch.as_tensor([d - 1 for d in levels], device=device)
+        q = main.refs[level_drafts]  # (levels, V)
         uniform = torch.zeros_like(q[0])
         uniform[legal] = 1.0
-        taken = torch.zeros_like(q, dtype=torch.bool).scatter_(-1, main.tokens[rows][:, None], True)  # (B, V)
+        taken = torch.zeros_like(q, dtype=torch.bool).scatter_(
+            -1, main.tokens[level_drafts][:, None], True
+        )  # (levels, V)
         tokens, refs, positions, fresh = [], [], [], []
         for k in range(1, max(widths)):
             active = [i for i, d in enumerate(levels) if widths[d - 1] > k]

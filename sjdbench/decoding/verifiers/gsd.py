@@ -50,7 +50,7 @@ OFFICIAL_ID_LIMIT = 10_000  # the released distance table holds token ids 0 .. 9
 class GSDConfig(PartConfig):
     reading: str = "official"  # official: the released 14-token slice | ours: G tokens around the rank
     group_size: int = 50  # G (reading=ours only)
-    p_thr: float = 0.15
+    p_thr: float = 0.15  # a group member's probability is within this of the draft's: |p(y) - p(x)| < p_thr
     d_thr: Optional[float] = None  # null: the model's value (adapter.gsd_d_thr)
 
     symbols: ClassVar[dict[str, str]] = {"group_size": "G"}

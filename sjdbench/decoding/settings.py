@@ -1,0 +1,51 @@
+"""The decoder-wide settings: what a decoder is besides its parts, written once.
+
+`DecodeSettings` holds them with their defaults and range checks; the run config's decoder section
+(sjdbench.config.schema.DecoderConfig) takes its defaults from here, a resolved decoder is one
+(sjdbench.decoding.build), the loop and the probability history read the growth mask's observation
+count from here, and the config's range checks ask it (sjdbench.config.ranges).
+
+Torch-free: the config layer imports it while composing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from sjdbench.errors import UserError
+
+GROWTH_READINGS = ("increases", "observations")
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """The window and the growth mask's reading, for every part of a decoder."""
+
+    window: int = 16  # W: slots per forward; 1 = autoregressive
+    growth_steps: int = 3  # N of the consecutive-growth mask (VP reads it; the statistics record it)
+    growth_reading: str = "increases"  # increases: N strict increases | observations: N observations
+    trace_positions: int = 8  # positions whose probability trajectories are recorded (not part of the run id)
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise UserError(f"decoder.window must be >= 1, got {self.window}")
+        if self.growth_steps < 1:
+            raise UserError(f"decoder.growth_steps must be >= 1, got {self.growth_steps}")
+        if self.growth_reading not in GROWTH_READINGS:
+            raise UserError(
+                f"unknown decoder.growth_reading '{self.growth_reading}'; choose one of: {', '.join(GROWTH_READINGS)}"
+            )
+        if self.trace_positions < 0:
+            raise UserError(f"decoder.trace_positions must be >= 0, got {self.trace_positions}")
+
+    @property
+    def growth_observations(self) -> int:
+        """Observations of a position the growth mask needs: N + 1 for N strict increases, N for the
+        other reading (N - 1 increases)."""
+        return self.growth_steps + 1 if self.growth_reading == "increases" else self.growth_steps
+
+    def setting_values(self) -> dict[str, Any]:
+        """The settings by name (of a resolved decoder too, which is one: its parts left out)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(DecodeSettings)}
