@@ -131,7 +131,10 @@ def test_plugin_yamls_that_name_nothing_usable_are_one_line(user_dir):
         (lambda: entry("untargeted"), "model 'untargeted': "),
         (lambda: entry("missing"), "model 'missing': cannot import _target_ 'my_models.NOPE'"),
         (lambda: entry("number"), "model 'number': its _target_ my_models.NOT_AN_ENTRY is not a ModelEntry"),
-        (lambda: entry("nope"), "unknown model 'nope'; choose one of: anole, debug, emu3, janus, llamagen, lumina, missing,"),
+        (
+            lambda: entry("nope"),
+            "unknown model 'nope'; choose one of: anole, debug, emu3, janus, llamagen, lumina, missing,",
+        ),
         (lambda: evaluator_class("misnamed"), "my_metrics.Misnamed.name is 'something_else'"),
         (lambda: evaluator_class("broken"), "cannot read "),
         (lambda: compose_eval(["eval.evaluators=[nope]"]), "unknown evaluator 'nope' in eval.evaluators; choose one"),
