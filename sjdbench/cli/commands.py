@@ -64,12 +64,16 @@ def command_names() -> list[str]:
     return names + [g.name for g in app.registered_groups if g.name]
 
 
-def _click_errors():
+def _click_errors() -> Any:
+    """The click exceptions module typer raises: its own copy (typer >= 0.20) or click's."""
     try:
-        from typer._click import exceptions  # typer >= 0.20 carries its own click
+        from typer._click import exceptions as typer_click  # typer >= 0.20 carries its own click
+
+        return typer_click
     except ImportError:
-        from click import exceptions
-    return exceptions
+        from click import exceptions as click_exceptions
+
+        return click_exceptions
 
 
 class OneLine(logging.Formatter):
