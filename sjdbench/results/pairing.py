@@ -11,6 +11,9 @@ report and eval find, the same baseline.
 - Baseline (`find_baseline`): a usable AR run with the run's key and, where both record it, the
   same resolved sampling. A greedy decoder takes the greedy AR run when the store has one (the same
   tokens), else the sampled one; a sampled decoder only the sampled one. An AR run is its own.
+- Compiled or eager: a decoder whose forward was compiled (`model.compile=true`, env.json's
+  `compiled`) is paired only with an AR run compiled the same way, and an eager one only with an
+  eager AR, so a speedup never credits the decoder with (or charges it for) the compiler.
 - Noise floor (`find_noise_floor`): the AR run with the key at seed + offset (the same prompts and
   N, only the seeds differ), against which quality differences are read.
 - Speedup (`speedup`): per prompt, AR latency / decoder latency, each the mean over the prompt's
@@ -61,12 +64,28 @@ def _same_sampling(run: Mapping[str, Any], candidates: pd.DataFrame) -> pd.DataF
     return candidates[same]
 
 
+def _same_execution(run: Mapping[str, Any], candidates: pd.DataFrame) -> pd.DataFrame:
+    """Candidates run as the run was, compiled or eager (env.json's `compiled`; a run that does not
+    record it ran eager). The pairing key already differs (the model's `compile` option is one of its
+    facts); this holds the rule for stores whose options were written by hand or by older versions."""
+    if candidates.empty:
+        return candidates
+    mine = _compiled(run.get("env.compiled"))
+    if "env.compiled" not in candidates:
+        return candidates if not mine else candidates.iloc[0:0]
+    return candidates[candidates["env.compiled"].map(_compiled) == mine]
+
+
+def _compiled(value: Any) -> bool:
+    return isinstance(value, bool) and value
+
+
 def find_baseline(run: Mapping[str, Any], runs: pd.DataFrame) -> pd.Series | None:
     """The AR run a run's speedup (and quality difference) is measured against, among `runs` (a
     frame of `results.runs.runs_frame`); None when the store holds none."""
     if bool(run.get("is_ar")):
         return run if isinstance(run, pd.Series) else pd.Series(dict(run))
-    candidates = _same_sampling(run, _usable_ar(runs, run.get("pair_key")))
+    candidates = _same_execution(run, _same_sampling(run, _usable_ar(runs, run.get("pair_key"))))
     if candidates.empty:
         return None
     greedy = candidates["greedy"].fillna(False).astype(bool)
@@ -80,7 +99,7 @@ def find_noise_floor(run: Mapping[str, Any], runs: pd.DataFrame, seed_offset: in
     """The sampled AR run at the run's seed + seed_offset with everything else the same."""
     facts = run.get("sample_facts")
     key = pair_key(SampleFacts(**facts), seed_offset) if isinstance(facts, dict) else None
-    candidates = _same_sampling(run, _usable_ar(runs, key))
+    candidates = _same_execution(run, _same_sampling(run, _usable_ar(runs, key)))
     candidates = candidates[~candidates["greedy"].fillna(False).astype(bool)]
     if candidates.empty:
         return None

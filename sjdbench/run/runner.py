@@ -251,6 +251,7 @@ class RunWriter:
             "weights": spec.weights,
             "decoder_spec": spec.decoder.identity(),
             "schema": SCHEMA,
+            "compiled": bool(getattr(adapter, "compile", False)),  # torch.compile'd forward: paired only like with like
             **resolved_settings(self.decoder),
             **({"window_used": self.decoder.window} if self.decoder.window != spec.decoder.window else {}),
         }
