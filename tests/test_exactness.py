@@ -50,7 +50,7 @@ PROMPT = "ab"
 BATCH = 64  # samples in lockstep in the fast suite
 P_PASS = 1e-3  # a lossless decoder's p-value must exceed this (fixed seeds: deterministic outcome)
 LOSSLESS = ["sjd", "sjd_left", "sjd_pp", "mc_sjd", "sjd_vp", "vp_coupled", "sjd_pac", "sjd_pac_k4", "sjd_pac_deep"]
-LOSSLESS += ["sjd_tree"]  # the draft tree without adaptive continuation (resample proposal)
+LOSSLESS += ["sjd_tree", "scd_gs"]  # the draft tree without adaptive continuation (resample proposal)
 # at 20k only: variants whose mechanism a fast case already covers (left init: sjd; VP over the
 # coupling: sjd_vp and mc_sjd; deeper and wider trees: sjd_pac), so `make test` stays under 5 minutes
 LOSSLESS_FAST = [
@@ -107,6 +107,8 @@ def make_decoder(kind: str, adapter=None) -> Decoder:
         return replace(base, proposal=part("proposal", "coupled"), init=part("init", "above"))
     if kind == "mc_sjd":
         return replace(base, proposal=part("proposal", "coupled"))
+    if kind == "scd_gs":
+        return replace(base, proposal=part("proposal", "coupled", coupling="gumbel"))
     if kind == "sjd_vp":
         return replace(
             base,

@@ -80,16 +80,25 @@ def _part_names(spec: ResolvedDecoder) -> tuple:
     return tuple(n for kind in PART_KINDS for n in names(getattr(spec, kind)))
 
 
+def _knobs_apart(spec: ResolvedDecoder, preset: ResolvedDecoder) -> int:
+    """How many part knobs of the decoder differ from the preset's (parts with the same names)."""
+    return sum(len(getattr(spec, kind).label_knobs(getattr(preset, kind))) for kind in PART_KINDS)
+
+
 def family(spec: ResolvedDecoder) -> str:
-    """The preset whose parts this decoder uses (the first in sorted order), or "custom"."""
+    """The preset whose parts this decoder uses, the one whose knobs it shares most where several
+    do (mc_sjd and scd_gs differ in a knob only; first in sorted order on ties), or "custom"."""
     if spec.is_ar:
         return "ar"
     mine = _part_names(spec)
-    for name in group_choices("decoder"):
-        preset = preset_decoder(name)
-        if not preset.is_ar and _part_names(preset) == mine:
-            return name
-    return "custom"
+    matches = [
+        name
+        for name in group_choices("decoder")
+        if not preset_decoder(name).is_ar and _part_names(preset_decoder(name)) == mine
+    ]
+    if not matches:
+        return "custom"
+    return min(matches, key=lambda name: _knobs_apart(spec, preset_decoder(name)))
 
 
 def _temperature(config: RunConfig) -> float | None:

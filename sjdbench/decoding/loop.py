@@ -165,6 +165,7 @@ class SampleState:
     request: Request
     decided: np.ndarray
     cached: np.ndarray
+    key: int = 0  # the sample's own key for position-keyed noise (drawn only for proposals that read it)
 
 
 @dataclass
@@ -251,6 +252,11 @@ class BatchDecode:
         p0 = process_logits(logits[:, :, None], self.constants.masks.window(0, 1), self.sampling)[:, 0]  # (n, V)
         self.bad_prefill = self.bad_prefill | non_finite(logits, p0)
         first = sample(p0, Draws([r.generator for r in requests], [1] * len(free), self.device))  # (n,)
+        if self.decoder.proposal.reads_sample_key:  # after the first token: other decoders' streams unchanged
+            for b, request in zip(free, requests):
+                state = self.samples[b]
+                assert state is not None  # started just above
+                state.key = int(torch.randint(2**62, (1,), generator=request.generator))
         self.tokens[torch.as_tensor(free, device=self.device), 0] = first
         for b in free:
             cast(SampleState, self.samples[b]).decided[0] = True  # admitted above
@@ -563,7 +569,8 @@ class BatchDecode:
         if history is not None and proposal.history_depth:
             growth = history.growth_mask(sb, targets, observations)
         generators = [state.request.generator for state in self.in_batch()]
-        ctx = ProposalContext(sb, targets, history, growth, Draws(generators, per_sample, device))
+        keys = torch.tensor([state.key for state in self.in_batch()], dtype=torch.long)[sb.cpu()]
+        ctx = ProposalContext(sb, targets, history, growth, Draws(generators, per_sample, device), keys)
         drafts, refs = proposal.propose(p, waiting, ctx)
         grew = None
         if history is not None:

@@ -113,10 +113,18 @@ class ProposalContext:
     history: ProbabilityHistory | None  # kept when the loop tracks growth or a part reads it
     growth: torch.Tensor | None  # (S, V) consecutive-growth mask M at these positions, or None
     draws: Draws  # uniforms, each from its own sample's generator
+    keys: torch.Tensor | None = None  # (S,) long, host: each one's sample key (`Proposal.reads_sample_key`)
 
 
 class Proposal(Part[ConfigT]):
     history_depth: int = 0  # iterations of per-position probability history it reads (0: none)
+
+    @property
+    def reads_sample_key(self) -> bool:
+        """Whether it reads `ProposalContext.keys`: one number per sample, drawn from the sample's
+        generator once, after its first token, so that noise keyed by (sample, position) differs
+        between samples that share a generator (decodes one after another)."""
+        return False
 
     def propose(
         self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext

@@ -20,6 +20,19 @@ rejection is coupled: the released MC-SJD code's loop that does not stop at the 
   reference); a replaced one gets p. The next test min(1, p'(d)/q_old(d)) then uses a reference the
   draft was not drawn from: lossy (measured in docs/READINGS.md).
 
+`coupling` — how a waiting draft and its redraft are tied:
+- `maximal` (default): the test and residual above (MC-SJD).
+- `gumbel` (SCD-GS, the released SCD code's second coupling: junhyukso/SCD,
+  `lumina1/scheduler/jacobi_iteration_lumina_mgpt_GS.py`): every draft of a position is the
+  Gumbel-max draw argmax(log p + g) with one Gumbel vector g per sample and position, fixed from the
+  moment the position enters the window until it is committed (the released code keeps a random
+  table per sample and window slot and shifts it by the committed length, so each entry follows its
+  position). When p barely changes the argmax does not either, so drafts stay put without any test.
+  g is drawn from a generator seeded by the sample's key (one number the loop draws from the
+  sample's generator when it starts) and the position, so batched equals unbatched and no step
+  keeps state. Exact: g at a position is never read by a decision that reached
+  the commit before the draft is verified, so each draft is distributed as the p it was drawn from.
+
 `tau` (not exact): the other reading of SJD++'s "reuse high-confidence drafts": keep d iff
 p(d)/q_old(d) >= tau, else draw from p.
 """
@@ -36,12 +49,30 @@ from sjdbench.decoding.processing import residual, sample
 from sjdbench.errors import UserError
 
 REFERENCES = ("new_p", "old_q")
+COUPLINGS = ("maximal", "gumbel")
+GUMBEL_STREAM = 0x5C0_6A55  # mixes a sample's seed with a position into the seed of that position's g
+
+
+def gumbel(u: torch.Tensor) -> torch.Tensor:
+    """Standard Gumbel noise from uniforms in [0, 1): -log(-log u); u = 0 gives -inf (never the argmax)."""
+    return -torch.log(-torch.log(u))
+
+
+def position_gumbel(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+    """(S,) sample keys and segment positions -> (S, V) float64 Gumbel vectors, one per pair, the
+    same vector whenever the same pair asks again."""
+    rows = []
+    for seed, position in zip(seeds.tolist(), positions.tolist()):
+        generator = torch.Generator().manual_seed((seed * GUMBEL_STREAM + position) % (2**63))
+        rows.append(torch.rand(vocab, generator=generator, dtype=torch.float64))
+    return gumbel(torch.stack(rows)) if rows else torch.zeros(0, vocab, dtype=torch.float64)
 
 
 @dataclass
 class CoupledConfig(PartConfig):
     tau: Optional[float] = None  # None: maximal coupling (exact); a number: keep-if-ratio>=tau (lossy)
     reference: str = "new_p"  # new_p: q := p (exact) | old_q: a kept draft keeps q_old (released MC-SJD code)
+    coupling: str = "maximal"  # maximal (MC-SJD) | gumbel (SCD-GS: one Gumbel vector per sample and position)
 
     symbols: ClassVar[dict[str, str]] = {"tau": "τ"}
 
@@ -50,10 +81,18 @@ class CoupledConfig(PartConfig):
             raise UserError(f"tau must be >= 0 (or null for the exact coupling), got {self.tau}")
         if self.reference not in REFERENCES:
             raise UserError(f"reference '{self.reference}' is unknown; choose one of: {', '.join(REFERENCES)}")
+        if self.coupling not in COUPLINGS:
+            raise UserError(f"coupling '{self.coupling}' is unknown; choose one of: {', '.join(COUPLINGS)}")
+        if self.coupling == "gumbel" and (self.tau is not None or self.reference != "new_p"):
+            raise UserError("coupling=gumbel keeps no old draft to test: drop tau and reference (use the defaults)")
 
 
 class CoupledProposal(Proposal[CoupledConfig]):
     Config = CoupledConfig
+
+    @property
+    def reads_sample_key(self) -> bool:
+        return self.config.coupling == "gumbel"
 
     @classmethod
     def lossless(cls, config: CoupledConfig, **children: bool) -> bool:
@@ -64,6 +103,8 @@ class CoupledProposal(Proposal[CoupledConfig]):
         self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """p: (S, V); the waiting drafts (S,) with references (S, V) -> drafts (S,), references (S, V)."""
+        if self.config.coupling == "gumbel":
+            return self._gumbel(p, ctx), p
         old, old_q, has_old = waiting.drafts, waiting.refs, waiting.has_old
         p_d = p.gather(-1, old[:, None]).squeeze(-1)  # (S,)
         q_d = old_q.gather(-1, old[:, None]).squeeze(-1)
@@ -79,3 +120,11 @@ class CoupledProposal(Proposal[CoupledConfig]):
         if self.config.reference == "old_q":
             return drafts, torch.where(keep[:, None], old_q, p)
         return drafts, p
+
+    @staticmethod
+    def _gumbel(p: torch.Tensor, ctx: ProposalContext) -> torch.Tensor:
+        """p: (S, V) -> (S,) Gumbel-max drafts; rows belong to the samples of `ctx.draws` in order."""
+        if ctx.keys is None:
+            raise ValueError("coupling=gumbel reads the samples' keys; the loop passes them in ProposalContext.keys")
+        g = position_gumbel(ctx.keys, ctx.positions.cpu(), p.shape[-1]).to(p.device)
+        return (p.double().log() + g).argmax(-1)

@@ -122,6 +122,10 @@ class VPProposal(Proposal[VPConfig]):
         self.inner = inner if inner is not None else ResampleProposal()
         self.history_depth = self.config.history + 1  # the EWA reads H past iterations plus the current one
 
+    @property
+    def reads_sample_key(self) -> bool:
+        return self.inner.reads_sample_key
+
     def propose(
         self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext
     ) -> tuple[torch.Tensor, torch.Tensor]:
