@@ -76,7 +76,7 @@ def no_model_loads(monkeypatch):
         (
             ["decoder="],
             "decoder= needs a value; choose one of: ar, gsd, gsd_vp, jacobi, lantern, lantern_pac, lantern_vp, mc_sjd, "
-            "pjd, sjd, sjd_pac, sjd_pp, sjd_vp, zipar",
+            "pjd, scd_gs, sjd, sjd_pac, sjd_pp, sjd_vp, zipar",
         ),
         (["decoder.window==3"], "'decoder.window==3' has two '='; write decoder.window=3"),
         (
