@@ -34,7 +34,7 @@ def report(
         metavar="NAME",
         help="Also put each run beside the matching row of a published table, e.g. sjd_pac_readme (`sjdbench "
         "list reference`; or a reference YAML file): both values, ours/published and every setting that differs; "
-        "written to reference-NAME.md and .csv.",
+        "written to reference-<name>.md and reference-<name>.csv in the report folder.",
     ),
     equivalence_margin: Optional[List[str]] = typer.Option(
         None,

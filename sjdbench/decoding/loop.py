@@ -569,7 +569,9 @@ class BatchDecode:
         if history is not None and proposal.history_depth:
             growth = history.growth_mask(sb, targets, observations)
         generators = [state.request.generator for state in self.in_batch()]
-        keys = torch.tensor([state.key for state in self.in_batch()], dtype=torch.long)[sb.cpu()]
+        keys = None
+        if proposal.reads_sample_key:  # host values: no device round trip
+            keys = torch.tensor([state.key for state in self.in_batch()], dtype=torch.long)[sample_ids]
         ctx = ProposalContext(sb, targets, history, growth, Draws(generators, per_sample, device), keys)
         drafts, refs = proposal.propose(p, waiting, ctx)
         grew = None
