@@ -76,6 +76,7 @@ LATENCY = Fact(
 )
 
 NFE = Count("nfe", "model forwards, the prefill included")
+DRAFTER_FORWARDS = Count("drafter_forwards", "drafter forwards (a drafter proposal's; not the model's, not in nfe)")
 ITERATIONS = Count("iterations", "Jacobi iterations: forwards after the prefill")
 ACCEPTED = Count("accepted", "drafts accepted at content positions")
 VERIFIED = Count("verified", "drafts the verifier decided on at content positions")
@@ -393,6 +394,14 @@ STATISTICS: tuple[Statistic, ...] = (
         digits=1,
         better="min",
         shown=(CLI, REPORT),
+    ),
+    Statistic(
+        "drafter_forwards_mean",
+        Mean(DRAFTER_FORWARDS),
+        "drafter forwards per image (0 without a drafter; inside the measured latency)",
+        header="drafter forwards",
+        unit="forwards",
+        digits=1,
     ),
     Statistic(
         "step_compression",

@@ -95,6 +95,7 @@ class IterationRecord:
     trajectories: list[tuple[int, dict]] = field(default_factory=list)  # (batch index, trajectory) of decided
     # traced positions
     draft_traces: list[tuple[int, dict]] = field(default_factory=list)  # (batch index, trace) of tested drafts
+    drafter_forwards: int = 0  # drafter forwards this iteration ran for all of these samples together
 
 
 class Recorder:
@@ -142,6 +143,7 @@ class Recorder:
         c["nfe"][s] += 1
         c["iterations"][s] += 1
         c["slots_fed"][s] += record.slots
+        c["drafter_forwards"][s] += record.drafter_forwards  # a batched drafter forward serves each sample
         h["accept_len_hist"][s, record.decided] += 1  # one entry per sample: no repeated index
         h["rows_in_flight"][s, np.minimum(record.in_flight, self.width["rows_in_flight"] - 1)] += 1
         if record.growth is not None:
