@@ -216,7 +216,7 @@ class BatchDecode:
         self.drafter_forwards = 0  # drafter forwards since the last record (the batch's, each sample's count)
         self.drafter = decoder.proposal if isinstance(decoder.proposal, DrafterProposal) and W > 1 else None
         if self.drafter is not None:  # a drafter reads the target's hidden states, on a chain
-            require_hidden_states(adapter, f"decoder proposal '{type(decoder.proposal).__name__}'")
+            self.states_model = require_hidden_states(adapter, "the drafter proposal")
             if not isinstance(self.topology, ChainTopology):
                 raise UserError("the drafter proposal drafts a chain; use decoder.topology=chain")
             self.drafting = self.drafter.begin(B, self.cache.prompt_len, self.N, W)
@@ -258,7 +258,7 @@ class BatchDecode:
             self.decoder.init.reset(self.init_state, b)
         prompts = [self.prompts.pop(id(r)) for r in requests]
         if self.drafter is not None:
-            logits, states = self.adapter.prefill_states(self.cache, free, prompts)  # (n, 2, V)
+            logits, states = self.states_model.prefill_states(self.cache, free, prompts)  # (n, 2, V)
         else:
             logits = self.adapter.prefill(self.cache, free, prompts)  # (n, 2, V)
         p0 = process_logits(logits[:, :, None], self.constants.masks.window(0, 1), self.sampling)[:, 0]  # (n, V)
@@ -437,7 +437,7 @@ class BatchDecode:
         extra = {} if padded is None else {"lengths": padded}  # an unpadded batch needs no lengths
         hidden = None
         if self.drafter is not None:  # (B, 2, L, D) the drafter pairs decided tokens with them
-            logits, hidden = self.adapter.forward_states(
+            logits, hidden = self.states_model.forward_states(
                 self.cache, tokens, positions_t, mask, int(positions.max()) + 1, **extra
             )
         else:
