@@ -107,8 +107,9 @@ ROWS_IN_FLIGHT = Histogram(
     "rows_in_flight", "[k] = iterations whose window held k rows in flight", "rows_in_flight", trim=True
 )
 
-# counters that no statistic pools: kept per sample for the per-sibling and per-row figures
-RECORDED = (SIBLING_ACCEPTED, SIBLING_VERIFIED, ROW_ACCEPTED, ROW_VERIFIED, ROWS_IN_FLIGHT)
+# counters that no statistic pools: kept per sample for the per-sibling and per-row figures and the
+# drafter's forwards (0 without a drafter proposal)
+RECORDED = (SIBLING_ACCEPTED, SIBLING_VERIFIED, ROW_ACCEPTED, ROW_VERIFIED, ROWS_IN_FLIGHT, DRAFTER_FORWARDS)
 
 
 # -- how a run's samples pool into one number -------------------------------------------------------
@@ -394,14 +395,6 @@ STATISTICS: tuple[Statistic, ...] = (
         digits=1,
         better="min",
         shown=(CLI, REPORT),
-    ),
-    Statistic(
-        "drafter_forwards_mean",
-        Mean(DRAFTER_FORWARDS),
-        "drafter forwards per image (0 without a drafter; inside the measured latency)",
-        header="drafter forwards",
-        unit="forwards",
-        digits=1,
     ),
     Statistic(
         "step_compression",
