@@ -76,6 +76,7 @@ LATENCY = Fact(
 )
 
 NFE = Count("nfe", "model forwards, the prefill included")
+DRAFTER_FORWARDS = Count("drafter_forwards", "drafter forwards (a drafter proposal's; not the model's, not in nfe)")
 ITERATIONS = Count("iterations", "Jacobi iterations: forwards after the prefill")
 ACCEPTED = Count("accepted", "drafts accepted at content positions")
 VERIFIED = Count("verified", "drafts the verifier decided on at content positions")
@@ -106,8 +107,9 @@ ROWS_IN_FLIGHT = Histogram(
     "rows_in_flight", "[k] = iterations whose window held k rows in flight", "rows_in_flight", trim=True
 )
 
-# counters that no statistic pools: kept per sample for the per-sibling and per-row figures
-RECORDED = (SIBLING_ACCEPTED, SIBLING_VERIFIED, ROW_ACCEPTED, ROW_VERIFIED, ROWS_IN_FLIGHT)
+# counters that no statistic pools: kept per sample for the per-sibling and per-row figures and the
+# drafter's forwards (0 without a drafter proposal)
+RECORDED = (SIBLING_ACCEPTED, SIBLING_VERIFIED, ROW_ACCEPTED, ROW_VERIFIED, ROWS_IN_FLIGHT, DRAFTER_FORWARDS)
 
 
 # -- how a run's samples pool into one number -------------------------------------------------------

@@ -38,12 +38,13 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from sjdbench.adapter import ImageARAdapter, Sampling
+from sjdbench.adapter import ImageARAdapter, Sampling, require_hidden_states
 from sjdbench.decoding.history import ProbabilityHistory
 from sjdbench.decoding.inits.neighbours import neighbour_tables
 from sjdbench.decoding.parts import (
     Init,
     InitContext,
+    Layout,
     Proposal,
     ProposalContext,
     SampleView,
@@ -55,12 +56,14 @@ from sjdbench.decoding.parts import (
     Window,
 )
 from sjdbench.decoding.processing import StructureMasks, process_logits, sample
+from sjdbench.decoding.proposals.drafter import DrafterProposal
 from sjdbench.decoding.randomness import Draws
 from sjdbench.decoding.recorder import DecodeStats, GrowthFlags, IterationRecord, Recorder, TestedDrafts
 from sjdbench.decoding.settings import DecodeSettings
 from sjdbench.decoding.state import Drafts, PendingDrafts
 from sjdbench.decoding.topologies.chain import ChainTopology
-from sjdbench.errors import NonFiniteLogits
+from sjdbench.decoding.topologies.drafter_tree import DrafterTreeTopology
+from sjdbench.errors import NonFiniteLogits, UserError
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,18 @@ class BatchDecode:
             layout, c.forced, adapter.image_token_ids, c.left_of, c.above_of, self.V, self.dtype, B
         )
         self.init_state = decoder.init.begin(self.init_ctx)
+        self.drafter = decoder.proposal if isinstance(decoder.proposal, DrafterProposal) and W > 1 else None
+        self.tree = self.topology if isinstance(self.topology, DrafterTreeTopology) else None
+        if self.tree is not None and self.drafter is None and W > 1:
+            raise UserError("decoder.topology=drafter_tree is grown by a drafter: use decoder/proposal=drafter")
+        if self.drafter is not None:  # a drafter reads the target's hidden states, on a chain or its own tree
+            self.states_model = require_hidden_states(adapter, "the drafter proposal")
+            if self.tree is None and not isinstance(self.topology, ChainTopology):
+                raise UserError(
+                    "the drafter proposal drafts a chain or its own tree; use decoder.topology=chain or drafter_tree"
+                )
+            entries = W if self.tree is None else self.tree.most_nodes()
+            self.drafting = self.drafter.begin(B, self.cache.prompt_len, self.N, entries)
         self.samples: list[SampleState | None] = [None] * B  # by batch index
         self.bad_prefill = torch.zeros((), dtype=torch.bool, device=self.device)
 
@@ -248,7 +263,11 @@ class BatchDecode:
                 self.history.reset(b)
             self.recorder.start(b)
             self.decoder.init.reset(self.init_state, b)
-        logits = self.adapter.prefill(self.cache, free, [self.prompts.pop(id(r)) for r in requests])  # (n, 2, V)
+        prompts = [self.prompts.pop(id(r)) for r in requests]
+        if self.drafter is not None:
+            logits, states = self.states_model.prefill_states(self.cache, free, prompts)  # (n, 2, V)
+        else:
+            logits = self.adapter.prefill(self.cache, free, prompts)  # (n, 2, V)
         p0 = process_logits(logits[:, :, None], self.constants.masks.window(0, 1), self.sampling)[:, 0]  # (n, V)
         self.bad_prefill = self.bad_prefill | non_finite(logits, p0)
         first = sample(p0, Draws([r.generator for r in requests], [1] * len(free), self.device))  # (n,)
@@ -258,6 +277,9 @@ class BatchDecode:
                 assert state is not None  # started just above
                 state.key = int(torch.randint(2**62, (1,), generator=request.generator))
         self.tokens[torch.as_tensor(free, device=self.device), 0] = first
+        if self.drafter is not None:
+            self.drafter.start(self.drafting, free, states, first)
+            self.recorder.counts["drafter_forwards"] += self.drafter.take_served(self.drafting)
         for b in free:
             cast(SampleState, self.samples[b]).decided[0] = True  # admitted above
         done = self.done()
@@ -292,6 +314,8 @@ class BatchDecode:
             self.history.retain(index)
         self.recorder.retain(keep)
         self.init_state = self.decoder.init.retain(self.init_state, keep)
+        if self.drafter is not None:
+            self.drafting = self.drafter.retain(self.drafting, keep)
 
     # -- one iteration -------------------------------------------------------------------------------
 
@@ -307,8 +331,10 @@ class BatchDecode:
         fed = self.forward(windows)  # 2. one forward; slot i predicts position positions[i] + 1
         verdicts, emitted, growth = self.verify(fed, unread)  # 3. accepted paths and emitted tokens
         decided = self.commit(fed, verdicts, emitted)  # 4. the kept slots into the cache
+        if self.drafter is not None:  # the drafter takes in the decided tokens
+            self.advance_drafter(fed, verdicts, decided)
         unread = self.observe(Iteration(fed, verdicts, decided, growth))  # 5. history, init, statistics
-        proposed = self.propose(fed, verdicts)  # 6. next drafts past where each walk stopped
+        proposed = None if self.drafter is not None else self.propose(fed, verdicts)  # 6. next drafts
         if proposed is not None:
             self.pending.put(*proposed)
         return unread
@@ -333,13 +359,74 @@ class BatchDecode:
         ones the init drafts where none waits), the window with them in place. Returns the windows and
         the fresh drafts with the batch index of each."""
         windows, fresh = [], []
-        for b in range(len(self.samples)):
-            view = self.view(b)
-            layout = self.topology.plan(view, self.decoder.window)
+        views = [self.view(b) for b in range(len(self.samples))]
+        layouts = [self.topology.plan(view, self.decoder.window) for view in views]
+        if self.tree is not None:
+            none = np.zeros(0, dtype=np.int64)  # a drafter tree leaves no drafts waiting
+            return self.drafted_trees(layouts), (none, Drafts.new(none, self.tokens[0, :0], None, self.V, True))
+        if self.drafter is not None:
+            self.draft_chains(layouts)
+        for view, layout in zip(views, layouts):
             drafts, new = self.drafts_at(view, layout.wanted)
             windows.append(self.topology.place(layout, drafts, view))
             fresh.append(new)
         return windows, (np.repeat(np.arange(len(fresh)), [len(f) for f in fresh]), Drafts.cat(fresh))
+
+    def draft_chains(self, layouts: list[Layout]) -> None:
+        """The drafter drafts every wanted position (a chain's consecutive positions) afresh; its
+        drafts wait for the windows like any proposal's."""
+        assert self.drafter is not None
+        counts = np.array([len(layout.wanted) for layout in layouts])
+        if not counts.any():
+            return
+        starts = np.array([int(layout.wanted[0]) if len(layout.wanted) else 0 for layout in layouts])
+        generators = [state.request.generator for state in self.in_batch()]
+        drafts, refs = self.drafter.draft_chain(
+            self.drafting, starts, counts, self.constants.masks, self.sampling, generators, self.dtype
+        )
+        for b, (layout, count) in enumerate(zip(layouts, counts.tolist())):
+            if count:
+                self.pending.put(
+                    np.full(count, b), Drafts.new(layout.wanted, drafts[b, :count], refs[b, :count], self.V, False)
+                )
+
+    def drafted_trees(self, layouts: list[Layout]) -> list[Window]:
+        """The drafter grows each sample's tree below its root (the topology picks the nodes)."""
+        assert self.drafter is not None and self.tree is not None
+        frontiers = np.array([int(layout.positions[0]) + 1 for layout in layouts])
+        generators = [state.request.generator for state in self.in_batch()]
+        trees = self.drafter.draft_trees(
+            self.drafting,
+            self.tree,
+            frontiers,
+            self.decoder.window,
+            self.constants.masks,
+            self.sampling,
+            generators,
+            self.dtype,
+        )
+        return [self.tree.grow(layout, tree, self.V, self.dtype) for layout, tree in zip(layouts, trees)]
+
+    def advance_drafter(self, fed: ForwardPass, verdicts: list[Verdict], decided: list[np.ndarray]) -> None:
+        """Each sample's decided positions enter the drafter, each token with the target's hidden state
+        of the slot before it on the accepted path (the root, then the accepted drafts)."""
+        assert self.drafter is not None and fed.hidden is not None
+        width = max(1, max(len(d) for d in decided))
+        B = len(decided)
+        positions = np.full((B, width), -1, dtype=np.int64)
+        slots = np.zeros((B, width), dtype=np.int64)
+        for b, (w, v, here) in enumerate(zip(fed.windows, verdicts, decided)):
+            here = np.sort(here)
+            path = np.concatenate([w.root_slots[:1], v.accepted])
+            slot_at = dict(zip(w.positions[path].tolist(), path.tolist()))
+            positions[b, : len(here)] = here
+            slots[b, : len(here)] = [slot_at[t - 1] for t in here.tolist()]
+        device = self.device
+        positions_t = torch.as_tensor(positions, device=device)
+        slots_t = torch.as_tensor(slots, device=device)
+        tokens = self.tokens.gather(1, positions_t.clamp_min(0))  # (B, K)
+        hidden = fed.hidden.gather(2, slots_t[:, None, :, None].expand(-1, 2, -1, fed.hidden.shape[-1]))  # (B, 2, K, D)
+        self.drafter.advance(self.drafting, tokens, hidden, positions_t)
 
     def drafts_at(self, sample: SampleView, positions: np.ndarray) -> tuple[Drafts, Drafts]:
         """The drafts for `positions` (ascending): those waiting there, and fresh ones the init drafts
@@ -377,7 +464,13 @@ class BatchDecode:
         positions_t = torch.as_tensor(positions, device=self.device)
         padded = None if (lengths == L).all() else lengths.tolist()
         extra = {} if padded is None else {"lengths": padded}  # an unpadded batch needs no lengths
-        logits = self.adapter.forward(self.cache, tokens, positions_t, mask, int(positions.max()) + 1, **extra)
+        hidden = None
+        if self.drafter is not None:  # (B, 2, L, D) the drafter pairs decided tokens with them
+            logits, hidden = self.states_model.forward_states(
+                self.cache, tokens, positions_t, mask, int(positions.max()) + 1, **extra
+            )
+        else:
+            logits = self.adapter.forward(self.cache, tokens, positions_t, mask, int(positions.max()) + 1, **extra)
         masks = self.constants.masks
         targets = (positions_t + 1).clamp_max(self.N - 1)
         p = process_logits(logits, masks.rows[masks.index[targets]], self.sampling)  # (B, L, V)
@@ -385,7 +478,16 @@ class BatchDecode:
         self.bad_prefill = torch.zeros_like(bad)
         nodes = Drafts.cat([w.nodes for w in windows])
         return ForwardPass(
-            windows, lengths, positions, tokens, p, logits, bad, nodes, _offsets([len(w.nodes) for w in windows])
+            windows,
+            lengths,
+            positions,
+            tokens,
+            p,
+            logits,
+            bad,
+            nodes,
+            _offsets([len(w.nodes) for w in windows]),
+            hidden,
         )
 
     def verify(
@@ -491,6 +593,7 @@ class BatchDecode:
             np.array([w.in_flight for w in windows]),
             tests,
             it.growth,
+            drafter_forwards=None if self.drafter is None else self.drafter.take_served(self.drafting),
         )
         unread = None
         if history is not None:
@@ -605,6 +708,7 @@ class ForwardPass:
     bad: torch.Tensor  # () NaN/+inf logits or probabilities anywhere (device flag)
     nodes: Drafts  # every window's draft slots, window by window
     offsets: np.ndarray  # (B,) where each window's nodes start in `nodes`
+    hidden: torch.Tensor | None = None  # (B, 2, L, D) the slots' hidden states, when a drafter reads them
 
 
 def verify_windows(

@@ -95,6 +95,7 @@ class IterationRecord:
     trajectories: list[tuple[int, dict]] = field(default_factory=list)  # (batch index, trajectory) of decided
     # traced positions
     draft_traces: list[tuple[int, dict]] = field(default_factory=list)  # (batch index, trace) of tested drafts
+    drafter_forwards: np.ndarray | None = None  # (B,) drafter forwards each sample's drafting ran (None: no drafter)
 
 
 class Recorder:
@@ -142,6 +143,8 @@ class Recorder:
         c["nfe"][s] += 1
         c["iterations"][s] += 1
         c["slots_fed"][s] += record.slots
+        if record.drafter_forwards is not None:
+            c["drafter_forwards"][s] += record.drafter_forwards
         h["accept_len_hist"][s, record.decided] += 1  # one entry per sample: no repeated index
         h["rows_in_flight"][s, np.minimum(record.in_flight, self.width["rows_in_flight"] - 1)] += 1
         if record.growth is not None:
