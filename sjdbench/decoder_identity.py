@@ -32,3 +32,24 @@ def is_greedy(identity: Mapping[str, Any] | None) -> bool:
     if is_ar(identity):
         return bool(identity.get("greedy"))
     return (identity.get("verifier") or {}).get("name") == GREEDY_VERIFIER
+
+
+DRAFTER_PROPOSAL = "drafter"  # the proposal that drafts from a trained drafter (EAGLE-style)
+DRAFTER_TOPOLOGIES = ("chain", "drafter_tree")  # the shapes a drafter drafts: a chain, or its own tree
+NEEDS_NOTHING, NEEDS_DRAFTER = "nothing", "a trained drafter"
+
+
+def needs_drafter(identity: Mapping[str, Any] | None) -> bool:
+    """A windowed decoder whose proposal (or a proposal inside it) is the trained drafter's."""
+    if not identity or is_ar(identity):
+        return False
+
+    def uses(part: Mapping[str, Any]) -> bool:
+        return part.get("name") == DRAFTER_PROPOSAL or any(isinstance(v, Mapping) and uses(v) for v in part.values())
+
+    return uses(identity.get("proposal") or {})
+
+
+def needs(identity: Mapping[str, Any] | None) -> str:
+    """What a decoder needs besides the model: nothing (the training-free family) or a trained drafter."""
+    return NEEDS_DRAFTER if needs_drafter(identity) else NEEDS_NOTHING

@@ -21,6 +21,18 @@ def test_list_groups_and_one_group():
     assert "lantern_vp" in result.output and "model:" not in result.output
 
 
+def test_list_decoder_marks_the_drafter_presets_and_their_availability():
+    result = runner.invoke(app, ["list", "decoder"])
+    (line,) = [x for x in result.output.splitlines() if "need a trained drafter" in x]
+    named = line.split(":", 1)[1].split(";")[0].replace(" ", "").split(",")
+    assert named == ["eagle", "eagle2", "eagle_chain", "lantern_eagle", "lantern_pp"]
+    assert "model=toy: available" in line  # the toy ships its drafter
+    result = runner.invoke(app, ["list", "decoder", "--model", "lumina"])
+    assert "model=lumina: not available" in result.output and "train-drafter" in result.output
+    result = runner.invoke(app, ["list", "decoder", "--model", "nope"])
+    assert result.exit_code != 0 and "unknown model 'nope'; choose one of:" in result.output
+
+
 def test_run_prints_a_summary_table(tmp_path):
     args = [
         "run",
@@ -47,3 +59,17 @@ def test_bad_choice_is_one_line_without_traceback():
 def test_show_config():
     result = runner.invoke(app, ["run", "decoder=sjd_vp", "--show-config"])
     assert result.exit_code == 0 and "growth_steps: 3" in result.output
+
+
+def test_the_summary_table_marks_decoders_that_need_a_drafter():
+    from rich.console import Console
+
+    from sjdbench.cli.tables import summary_table
+
+    drafter = {"window": 26, "proposal": {"name": "drafter"}, "verifier": {"name": "exact"}}
+    jacobi = {"window": 16, "proposal": {"name": "resample"}, "verifier": {"name": "exact"}}
+    rows = [{"decoder": "eagle", "decoder_spec": drafter}, {"decoder": "sjd", "decoder_spec": jacobi}]
+    console = Console(width=200, record=True)
+    console.print(summary_table("t", rows))
+    text = console.export_text()
+    assert "eagle †" in text and "sjd †" not in text and "† = needs a trained drafter" in text

@@ -132,16 +132,21 @@ def test_a_model_without_hidden_states_is_refused_in_one_line():
     assert "hidden states" in str(error.value) and "\n" not in str(error.value)
 
 
-def test_eagle_chain_preset_runs_on_the_toy(tmp_path):
+@pytest.mark.parametrize("preset", ["eagle_chain", "eagle", "eagle2", "lantern_eagle", "lantern_pp"])
+def test_drafter_presets_run_on_the_toy_and_say_what_they_need(tmp_path, preset):
+    import sjdbench
     from sjdbench.config.schema import compose_run
     from sjdbench.results.store import RunStore
     from sjdbench.run.runner import execute
 
-    overrides = ["model=toy", "data=toy", "data.limit=1", "warmup=0", "decoder=eagle_chain"]
+    overrides = ["model=toy", "data=toy", "data.limit=1", "warmup=0", f"decoder={preset}"]
     outcome = execute(compose_run([*overrides, f"results_dir={tmp_path}"]))
     (row,) = RunStore(tmp_path, outcome.run_id).rows()
     assert row["drafter_forwards"] > 0
-    assert row["n_tokens"] > row["nfe"]  # the drafter's chains decide more than one token per forward
+    assert row["n_tokens"] > row["nfe"]  # the drafter's drafts decide more than one token per forward
+    (run,) = sjdbench.load_runs(tmp_path).to_dict("records")
+    assert run["needs"] == "a trained drafter"
+    assert run["drafter_forwards_mean"] == row["drafter_forwards"]
 
 
 def test_a_wrong_drafter_reference_is_detected():

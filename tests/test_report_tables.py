@@ -95,6 +95,8 @@ def test_main_table_values_equal_hand_computations(built):
     sjd_latency = np.mean([a / r for a, r in zip(AR_LATENCY, SJD_RATIOS)])
     assert table.loc[ids["sjd"], "latency (s)"] == pytest.approx(sjd_latency)
     assert table.loc[ids["ar"], "lossless"] == "yes" and table.loc[ids["lantern"], "lossless"] == "no"
+    assert set(table["needs"]) == {"nothing"}  # the training-free family: no drafter
+    assert (table["drafter forwards"] == 0).all()  # rows from before drafters count none
     assert ids["sjd32"] not in table.index and ids["partial"] not in table.index
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.table import Table
 
+from sjdbench.decoder_identity import needs_drafter
 from sjdbench.statistics_table import CLI, columned
 from sjdbench.statistics_table import legend as statistics_legend
 
@@ -20,6 +21,8 @@ SPEED_LEGEND = (
     "; vs AR = AR latency / latency, geometric mean over the N paired prompts [95 % bootstrap CI] "
     "(batched: img/s / AR's img/s at the same B) (~ = not timed side by side with AR)"
 )
+NEEDS_DRAFTER_MARK = " †"
+NEEDS_LEGEND = "; † = needs a trained drafter (the others need nothing besides the model)"
 BUSY_MARKED = "latency_s_mean"  # its cells get `!` where some samples were timed on a busy machine
 
 
@@ -51,7 +54,7 @@ def summary_table(
 ) -> Table:
     """The runs' headline numbers; narrow enough for an 80-column terminal without speedups. Latencies
     taken on a busy machine are marked `!`; `marks` adds per-run marks to the speedup (`~`, `!`)."""
-    legend = statistics_legend(CLI) + (SPEED_LEGEND if speedups is not None else "")
+    legend = statistics_legend(CLI) + NEEDS_LEGEND + (SPEED_LEGEND if speedups is not None else "")
     table = Table(
         title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, caption=legend, caption_justify="left"
     )
@@ -61,6 +64,8 @@ def summary_table(
         table.add_column(header, justify="left" if header == "decoder" else "right", no_wrap=True)
     for summary in summaries:
         cells = [_fmt(summary.get(key), digits) for _, key, digits in shown]
+        if needs_drafter(summary.get("decoder_spec")):  # the decoder column says what else it needs
+            cells[0] += NEEDS_DRAFTER_MARK
         keys = [key for _, key, _ in shown]
         if summary.get("busy_samples") and BUSY_MARKED in keys:
             cells[keys.index(BUSY_MARKED)] += "!"

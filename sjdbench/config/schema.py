@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, cast
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sjdbench.decoder_identity import PART_KINDS
+from sjdbench.decoder_identity import DRAFTER_PROPOSAL, DRAFTER_TOPOLOGIES, PART_KINDS, needs_drafter
 from sjdbench.decoding.settings import DecodeSettings
 from sjdbench.errors import UserError, type_error_text
 from sjdbench.models.options import TOP_LEVEL, fold_top_level
@@ -485,6 +485,26 @@ def check_decoder(decoder: ResolvedDecoder) -> None:
 
     for kind, part in decoder.parts().items():
         visit(part, f"decoder.{kind}")
+    check_drafter_shape(decoder)
+
+
+def check_drafter_shape(decoder: ResolvedDecoder) -> None:
+    """A drafter drafts a chain or grows its own tree, and only a drafter grows a drafter tree: other
+    pairings are refused before any model loads."""
+    if decoder.is_ar:
+        return
+    topology = decoder.topology.name
+    if needs_drafter(decoder.identity()):
+        if topology not in DRAFTER_TOPOLOGIES:
+            raise UserError(
+                f"the drafter proposal drafts a chain or its own tree, not a '{topology}' topology; use "
+                f"decoder.topology={' or '.join(DRAFTER_TOPOLOGIES)}"
+            )
+    elif topology == "drafter_tree":
+        raise UserError(
+            f"decoder.topology=drafter_tree is grown by a trained drafter; use decoder/proposal={DRAFTER_PROPOSAL} "
+            "(or decoder=eagle, eagle2, lantern_eagle, lantern_pp)"
+        )
 
 
 def model_notes(decoder: ResolvedDecoder, layout: Any) -> list[str]:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from sjdbench.eval.metrics.equivalence import ALPHA, claimed, equivalence, margin_for, margin_text
-from sjdbench.results.decoders import is_ar, is_greedy, setting_name
+from sjdbench.results.decoders import is_ar, is_greedy, needs, setting_name
 from sjdbench.results.pairing import NO_SPEEDUP, find_baseline, speedup
 from sjdbench.statistics_table import REPORT, columned
 
@@ -201,6 +201,9 @@ def _labelled(frame: pd.DataFrame, label_columns: dict[str, str]) -> pd.DataFram
             greedy = specs.map(lambda spec: is_greedy(spec) and not is_ar(spec)).astype(bool)
             lossless = frame["lossless"].astype(bool)
             out[header] = np.where(lossless & greedy, "greedy", np.where(lossless, "yes", "no"))
+        elif column == "needs" and "needs" not in frame:  # a frame made without it: read the stored decoders
+            specs = frame["decoder_spec"] if "decoder_spec" in frame else pd.Series(None, index=frame.index)
+            out[header] = specs.map(needs)
         else:
             out[header] = frame[column].map(_setting_text)
     return out
@@ -226,7 +229,7 @@ def main_table(
     chosen = runs if every_run else runs[runs["run_id"].isin(main_run_ids(runs))]
     q_metrics, quality = quality_metrics(scores, chosen["run_id"])
     frame = _ordered(with_numbers(chosen, pairings, quality))
-    labels = {"decoder": "decoder", "window": "W", "lossless": "lossless"}
+    labels = {"decoder": "decoder", "window": "W", "lossless": "lossless", "needs": "needs"}
     labels.update({c: RUN_SETTINGS[c] for c in _varying_run_settings(frame)})
     frame = _labelled(frame, labels).reset_index(drop=True)
     model, data = group

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sjdbench.decoder_identity import DEFAULT_TOPOLOGY, PART_KINDS, is_ar, is_greedy
+from sjdbench.decoder_identity import DEFAULT_TOPOLOGY, PART_KINDS, is_ar, is_greedy, needs
 
-__all__ = ["flatten_spec", "is_ar", "is_greedy", "is_lossless", "part_chain", "setting_name"]
+__all__ = ["flatten_spec", "is_ar", "is_greedy", "is_lossless", "needs", "part_chain", "setting_name"]
 
 # short column names for settings; a part's own knob symbols are looked up first (PartConfig.symbols)
 SETTING_NAMES = {

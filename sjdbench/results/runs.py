@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from sjdbench.errors import UserError
-from sjdbench.results.decoders import flatten_spec, is_ar, is_greedy, is_lossless, part_chain
+from sjdbench.results.decoders import flatten_spec, is_ar, is_greedy, is_lossless, needs, part_chain
 from sjdbench.results.files import (
     ENV_TYPES,
     SUMMARY_TYPES,
@@ -120,6 +120,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
             "decoder_spec": decoder_identity,
             "chain": part_chain(decoder_identity),
             "is_ar": is_ar(decoder_identity),
+            "needs": needs(decoder_identity),  # besides the model: nothing, or a trained drafter
             # greedy by its verifier, or by its sampling (temperature 0: argmax draws)
             "greedy": is_greedy(decoder_identity) or (env.get("sampling") or {}).get("temperature") == 0,
             # the parts' own claim, recorded by the runner; derived from the stored identity for older runs
