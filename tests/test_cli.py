@@ -72,5 +72,5 @@ def test_the_summary_table_marks_decoders_that_need_a_drafter():
     console = Console(width=200, record=True)
     console.print(summary_table("t", rows))
     lines = {line.split()[0]: line for line in console.export_text().splitlines() if line.strip()}
-    assert lines["eagle"].split()[1] == "†" and lines["sjd"].split()[1] == "16"
+    assert lines["eagle"].split()[1] == "†" and lines["sjd"].split()[1] != "†"
     assert "† = needs a trained drafter" in " ".join(console.export_text().split())
