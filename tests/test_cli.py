@@ -71,6 +71,7 @@ def test_the_summary_table_marks_decoders_that_need_a_drafter():
     rows = [{"decoder": "eagle", "decoder_spec": drafter}, {"decoder": "sjd", "decoder_spec": jacobi}]
     console = Console(width=200, record=True)
     console.print(summary_table("t", rows))
-    lines = {line.split()[0]: line for line in console.export_text().splitlines() if line.strip()}
+    text = console.export_text()
+    lines = {line.split()[0]: line for line in text.splitlines() if line.strip()}
     assert lines["eagle"].split()[1] == "†" and lines["sjd"].split()[1] != "†"
-    assert "† = needs a trained drafter" in " ".join(console.export_text().split())
+    assert "† = needs a trained drafter" in " ".join(text.split())
