@@ -54,8 +54,9 @@ from sjdbench.results.store import (
 
 LOSSLESS_NOTE = (
     "lossless: every part of the decoder claims to keep AR's distribution with the knobs it was given "
-    "(exact or greedy verifier; resample, exact coupling or VP with its fused reference; any init; a chain "
-    "or a first-sibling tree), each claim tested against exact AR probabilities in tests/test_exactness.py; "
+    "(exact or greedy verifier; resample, exact coupling, VP with its fused reference or a drafter's drafts; "
+    "any init; a chain, a first-sibling tree or a drafter's tree), each claim tested against exact AR "
+    "probabilities (tests/test_exactness.py, tests/test_drafter_proposal.py); "
     "greedy: equals greedy AR (sampling.temperature=0) token for token, so against a sampled AR it differs "
     "as greedy decoding does"
 )
