@@ -115,6 +115,7 @@ def draw(
     return counts, totals, exact
 
 
+@pytest.mark.slow  # the drafter trees below stand for the drafter in the fast suite
 def test_drafter_chain_matches_exact_ar():
     counts, totals, exact = draw(DrafterProposal)
     stat, dof, p_value = chi_square(counts, exact)
@@ -132,7 +133,19 @@ def test_a_model_without_hidden_states_is_refused_in_one_line():
     assert "hidden states" in str(error.value) and "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("preset", ["eagle_chain", "eagle", "eagle2", "lantern_eagle", "lantern_pp"])
+SLOW = pytest.mark.slow  # the fast suite runs a dynamic and a static tree, exact and relaxed
+
+
+@pytest.mark.parametrize(
+    "preset",
+    [
+        pytest.param("eagle_chain", marks=SLOW),
+        pytest.param("eagle", marks=SLOW),
+        "eagle2",
+        pytest.param("lantern_eagle", marks=SLOW),
+        "lantern_pp",
+    ],
+)
 def test_drafter_presets_run_on_the_toy_and_say_what_they_need(tmp_path, preset):
     import sjdbench
     from sjdbench.config.schema import compose_run
@@ -149,6 +162,7 @@ def test_drafter_presets_run_on_the_toy_and_say_what_they_need(tmp_path, preset)
     assert run["drafter_forwards_mean"] == row["drafter_forwards"]
 
 
+@pytest.mark.slow
 def test_a_wrong_drafter_reference_is_detected():
     """The negative control: the same chains verified against the wrong q fail the same test."""
     counts, _, exact = draw(FlattenedReferenceProposal)
@@ -167,6 +181,7 @@ def test_drafter_trees_match_exact_ar(tree, window):
     assert p_value > P_PASS, f"the drafter tree is distinguishable from AR: chi2={stat:.1f} dof={dof} p={p_value:.2e}"
 
 
+@pytest.mark.slow
 def test_siblings_that_forget_their_elders_are_detected():
     """The tree's negative control: siblings drawn without replacement but verified against the full q."""
     counts, _, exact = draw(tree=STATIC, window=26, tree_class=ElderBlindTree)
@@ -175,7 +190,9 @@ def test_siblings_that_forget_their_elders_are_detected():
     assert p_value < P_PASS
 
 
-@pytest.mark.parametrize("tree", [None, STATIC, DYNAMIC], ids=["chain", "eagle", "eagle2"])
+@pytest.mark.parametrize(
+    "tree", [pytest.param(None, marks=pytest.mark.slow), STATIC, DYNAMIC], ids=["chain", "eagle", "eagle2"]
+)
 def test_batched_equals_unbatched_in_float64(tree):
     """Samples of different prompts finish at different iterations, leave the batch and let the next
     one in: at B = 1, 3 and 5 every sample's tokens and statistics equal its decode alone (float64)."""

@@ -63,9 +63,10 @@ def printed(outputs: dict[str, str]) -> dict[str, dict[str, tuple]]:
         "run": rows(outputs["run"], rf"^(\S+)\s+\d+\s+\d+\s.*?\s{NUMBER}[~!]*\s+(\d+)$"),
         # eval: decoder step x | vs AR [CI] N | scores
         "eval": rows(outputs["eval"], rf"^(\S+)\s+\d+\.\d\d\s+{NUMBER}\s+(\d+)\s"),
-        # report: decoder W lossless [n] latency | speedup [CI] N paired | images/s NFE ...
+        # report: decoder W lossless needs [n] latency | speedup [CI] N paired | images/s NFE ...
         "report": rows(
-            outputs["report"], rf"^(\S+)\s+\S+\s+(?:yes|no|greedy)\s+(?:\d+\s+)?\d+\.\d{{3}}\s+{NUMBER}\s+(\d+)\s"
+            outputs["report"],
+            rf"^(\S+)\s+\S+\s+(?:yes|no|greedy)\s+(?:nothing|a trained drafter)\s+(?:\d+\s+)?\d+\.\d{{3}}\s+{NUMBER}\s+(\d+)\s",
         ),
     }
 

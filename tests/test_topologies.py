@@ -499,7 +499,7 @@ def test_topology_is_a_part_choice_and_the_chain_keeps_run_ids():
 @pytest.mark.parametrize(
     "overrides,needle",
     [
-        (["decoder/topology=star"], "unknown decoder.topology 'star'; choose one of: chain, rows, tree"),
+        (["decoder/topology=star"], "unknown decoder.topology 'star'; choose one of: chain, drafter_tree, rows, tree"),
         (["decoder=sjd_pac", "decoder.topology.width=0"], "decoder.topology.width must be >= 1"),
         (
             ["decoder=sjd_pac", "decoder.topology.select=best"],
