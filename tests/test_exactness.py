@@ -165,6 +165,8 @@ def make_decoder(kind: str, adapter=None) -> Decoder:
         return replace(base, verifier=part("verifier", "lantern", adapter, k=3, delta=0.1))
     if kind == "gsd":
         return replace(base, verifier=part("verifier", "gsd", adapter, group_size=3, p_thr=0.15, d_thr=10.0))
+    if kind == "cool_sd":  # budgets 0.1, 0.05, 0.025 at depths 1, 2, 3
+        return replace(base, verifier=part("verifier", "cool_sd", omega=0.1, decay=0.5))
     raise KeyError(kind)
 
 
@@ -348,7 +350,9 @@ def test_exact_sampler_is_rejected_at_the_tests_level(n, exact):
         assert rejected <= bound
 
 
-@pytest.mark.parametrize("kind,per_token_bound", [("lantern", 0.1), ("gsd", None)])
+@pytest.mark.parametrize(
+    "kind,per_token_bound", [("lantern", 0.1), ("gsd", None), pytest.param("cool_sd", 0.1, marks=pytest.mark.slow)]
+)
 def test_relaxed_verifiers_tv_and_acceptance(kind, per_token_bound, exact):
     """Lossy by design: measure TV from AR; it must stay within the per-token bound summed over the
     4 content positions (plus sampling noise), and acceptance must not fall below SJD's."""

@@ -56,6 +56,9 @@ def rows(text: str, pattern: str) -> dict[str, tuple]:
     return found
 
 
+NEEDS = "(?:nothing|a trained drafter)"  # the report's needs column
+
+
 def printed(outputs: dict[str, str]) -> dict[str, dict[str, tuple]]:
     return {
         # sweep and run: decoder W n NFE step accept acc.old len growth sec | vs AR [CI] N
@@ -66,7 +69,7 @@ def printed(outputs: dict[str, str]) -> dict[str, dict[str, tuple]]:
         # report: decoder W lossless needs [n] latency | speedup [CI] N paired | images/s NFE ...
         "report": rows(
             outputs["report"],
-            rf"^(\S+)\s+\S+\s+(?:yes|no|greedy)\s+(?:nothing|a trained drafter)\s+(?:\d+\s+)?\d+\.\d{{3}}\s+{NUMBER}\s+(\d+)\s",
+            rf"^(\S+)\s+\S+\s+(?:yes|no|greedy)\s+{NEEDS}\s+(?:\d+\s+)?\d+\.\d{{3}}\s+{NUMBER}\s+(\d+)\s",
         ),
     }
 

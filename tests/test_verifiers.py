@@ -8,6 +8,7 @@ from sjdbench.decoding.verifiers.exact import ExactVerifier
 from sjdbench.decoding.verifiers.greedy import GreedyVerifier
 from sjdbench.decoding.verifiers.gsd import GSDConfig, GSDVerifier
 from sjdbench.decoding.verifiers.lantern import LanternConfig, LanternVerifier, neighbour_table
+from sjdbench.errors import UserError
 
 U_GRID = (torch.arange(20000, dtype=torch.float64) + 0.5).float() / 20000  # acceptance prob by quadrature
 
@@ -179,3 +180,66 @@ def test_gsd_distance_threshold_defaults_to_the_models_value():
     assert (dist < PAPER_GSD_D_THR).sum() == 0
     neighbours = (dist < GSD_D_THR).sum(1).float().mean()
     assert 1.0 < neighbours < 20.0
+
+
+def cool_sd(omega: float, decay: float = 0.5):
+    from sjdbench.decoding.verifiers.cool_sd import CoolSDConfig, CoolSDVerifier
+
+    return CoolSDVerifier(CoolSDConfig(omega=omega, decay=decay))
+
+
+class AtDepth:
+    """A depth-reading verifier seen as a plain one: every draft at `depth`."""
+
+    def __init__(self, verifier, depth: int) -> None:
+        self.verifier, self.depth = verifier, depth
+
+    def accept(self, p, q, drafts, u):
+        return self.verifier.accept(p, q, drafts, u, depth=torch.full_like(drafts, self.depth))
+
+    def replacement(self, p, q, drafts):
+        return self.verifier.replacement(p, q, drafts, depth=torch.full_like(drafts, self.depth))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("one_hot", [False, True])
+@pytest.mark.parametrize("depth", [1, 2, 4])
+def test_cool_sd_moves_each_token_by_at_most_its_annealed_budget(seed, one_hot, depth):
+    """TV(output, p) = sum over q > p of min(q - p, w q) <= w = omega decay^(d-1), for a drawn or a
+    deterministic draft; acceptance never below exact speculative sampling's."""
+    omega, decay = 0.3, 0.5
+    p, q = random_pair(12, seed, one_hot)
+    out, accept = output_distribution(AtDepth(cool_sd(omega, decay), depth), p, q)
+    _, accept_exact = output_distribution(ExactVerifier(), p, q)
+    w = omega * decay ** (depth - 1)
+    tv = float(0.5 * (out - p).abs().sum())
+    predicted = float(torch.minimum((q - p).clamp_min(0), w * q).sum())
+    assert abs(float(out.sum()) - 1) < 1e-4
+    assert tv == pytest.approx(predicted, abs=2e-4) and tv <= w + 2e-4
+    assert accept >= accept_exact - 1e-6
+
+
+def test_cool_sd_without_relaxation_is_the_exact_verifier():
+    p, q = random_pair(12, 3, one_hot=False)
+    drafts, depth = torch.arange(12), torch.ones(12, dtype=torch.long)
+    u = torch.rand(12, generator=torch.Generator().manual_seed(0))
+    P, Q = p.expand(12, 12), q.expand(12, 12)
+    verifier = cool_sd(0.0)
+    assert torch.equal(verifier.accept(P, Q, drafts, u, depth=depth), ExactVerifier().accept(P, Q, drafts, u))
+    assert torch.allclose(verifier.replacement(P, Q, drafts, depth=depth), ExactVerifier().replacement(P, Q, drafts))
+    assert type(verifier).lossless(verifier.config) and not type(verifier).lossless(cool_sd(0.1).config)
+
+
+def test_cool_sd_relaxes_the_first_draft_most():
+    p, q = random_pair(12, 1, one_hot=True)
+    accepts = [output_distribution(AtDepth(cool_sd(0.3, 0.5), d), p, q)[1] for d in (1, 2, 3, 6)]
+    assert accepts == sorted(accepts, reverse=True) and accepts[0] > accepts[-1]
+
+
+@pytest.mark.parametrize(("knobs", "needle"), [({"omega": 1.5}, "omega must be in [0, 1]"), ({"decay": 0.0}, "decay")])
+def test_cool_sd_knobs_are_checked(knobs, needle):
+    from sjdbench.decoding.verifiers.cool_sd import CoolSDConfig
+
+    with pytest.raises(UserError) as error:
+        CoolSDConfig(**knobs).check()
+    assert needle in str(error.value)

@@ -731,7 +731,8 @@ def verify_windows(
         tests = [topology.test_distributions(w, p[b, : len(w)], verifier) for b, w in enumerate(windows)]
         u = Draws(generators, counts, device).uniform()
         test_p = tests[0].p if len(tests) == 1 else torch.cat([t.p for t in tests])
-        flags = verifier.accept(test_p, nodes.refs, nodes.tokens, u)
+        depths = _node_depths(windows, device) if verifier.reads_depth else None
+        flags = verifier.accept(test_p, nodes.refs, nodes.tokens, u, **({} if depths is None else {"depth": depths}))
         fails = [t.fails if t.fails is not None else torch.zeros_like(flags[:0]) for t in tests]
         if any(t.fails is not None for t in tests):
             flags = flags & ~torch.cat(
@@ -744,6 +745,7 @@ def verify_windows(
         passed = np.split(host[: flags.shape[0]], np.cumsum(counts)[:-1])
         brought = host[flags.shape[0] :]
     else:
+        depths = None
         tests = [TestDistributions(p[b, :0], p[b, : len(w)]) for b, w in enumerate(windows)]  # no drafts to test
         brought = extra.cpu().numpy()
         passed = [np.zeros(0, dtype=bool)] * len(windows)
@@ -759,9 +761,15 @@ def verify_windows(
         index = torch.as_tensor(np.stack([residual_at, rejected[residual_at]]), device=device)
         (before,) = _entries((base,), residual_at, index[0])
         refs, tokens = _entries((nodes.refs, nodes.tokens), rejected[residual_at], index[1])
-        residual = verifier.replacement(before, refs, tokens)
+        extra_args = {} if depths is None else {"depth": depths[index[1]]}
+        residual = verifier.replacement(before, refs, tokens, **extra_args)
         base = residual if residual_at.size == base.shape[0] else base.index_copy(0, index[0], residual)
     return verdicts, sample(base, Draws(generators, [len(v.emit_slots) for v in verdicts], device)), brought
+
+
+def _node_depths(windows: list[Window], device: torch.device) -> torch.Tensor:
+    """(Q,) every window's drafts' depths below their roots, in node order (a verifier that reads them)."""
+    return torch.as_tensor(np.concatenate([w.depth[w.node_slots] for w in windows]), device=device)
 
 
 def non_finite(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:

@@ -139,6 +139,9 @@ class Proposal(Part[ConfigT]):
 
 class Verifier(Part[ConfigT]):
     greedy: ClassVar[bool] = False  # the loop processes distributions at temperature 0 (Jacobi)
+    # the rule depends on how deep a draft sits below its root: accept and replacement then also get
+    # `depth` (T,) / (E,) long, each draft's depth (1 = the first draft after the root)
+    reads_depth: ClassVar[bool] = False
 
     def accept(self, p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """p, q: (T, V); drafts, u: (T,) -> (T,) bool: which drafts pass, each against its own p and q."""

@@ -92,7 +92,12 @@ class ForestTopology(Topology[ConfigT]):
             owners = torch.as_tensor(parent[later], device=p.device)
             elder = torch.as_tensor(later - 1, device=p.device)
             before, refs = last[owners], nodes.refs[elder]
-            residual = verifier.replacement(before, refs, nodes.tokens[elder])  # (n, V)
+            depth = (
+                {"depth": torch.as_tensor(window.depth[slots[later - 1]], device=p.device)}
+                if verifier.reads_depth
+                else {}
+            )
+            residual = verifier.replacement(before, refs, nodes.tokens[elder], **depth)  # (n, V)
             later_t = torch.as_tensor(later, device=p.device)
             if longest:  # the released reading: no mass left, so every later sibling fails
                 assert fails is not None  # made above when longest
