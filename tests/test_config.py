@@ -107,7 +107,10 @@ def test_a_part_is_chosen_with_either_spelling():
         (["decoder.windw=3"], "unknown config key decoder.windw"),
         (["+decoder.windw=3"], "Key 'windw' not in 'DecoderConfig'"),
         (["decoder.window=abc"], "decoder.window must be an integer, got 'abc'"),
-        (["decoder.verifier=foo"], "unknown decoder.verifier 'foo'; choose one of: cool_sd, exact, greedy, gsd, lantern"),
+        (
+            ["decoder.verifier=foo"],
+            "unknown decoder.verifier 'foo'; choose one of: cool_sd, exact, greedy, gsd, lantern",
+        ),
         (["decoder.init=diag"], "choose one of: above, argmax_left, left, random"),
         (["decoder.verifier.k=5"], "the chosen verifier has no knob 'k'; k belongs to verifier lantern"),
         (["+decoder.proposal.gamma=0.3"], "proposal 'resample' has no knob 'gamma'"),

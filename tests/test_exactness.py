@@ -51,12 +51,15 @@ BATCH = 64  # samples in lockstep in the fast suite
 P_PASS = 1e-3  # a lossless decoder's p-value must exceed this (fixed seeds: deterministic outcome)
 LOSSLESS = ["sjd", "sjd_left", "sjd_pp", "mc_sjd", "sjd_vp", "vp_coupled", "sjd_pac", "sjd_pac_k4", "sjd_pac_deep"]
 LOSSLESS += ["sjd_tree", "scd_gs"]  # the draft tree without adaptive continuation (resample proposal)
+LOSSLESS += ["sjd_adt"]  # widths that adapt to the decided neighbours
 # at 20k only: variants whose mechanism a fast case already covers (left init: sjd; VP over the
 # coupling: sjd_vp and mc_sjd; deeper and wider trees: sjd_pac), so `make test` stays under 5 minutes
 LOSSLESS_FAST = [
-    kind for kind in LOSSLESS if kind not in ("sjd_pac_k4", "sjd_tree", "sjd_left", "vp_coupled", "sjd_pac_deep")
+    kind
+    for kind in LOSSLESS
+    if kind not in ("sjd_pac_k4", "sjd_tree", "sjd_left", "vp_coupled", "sjd_pac_deep", "sjd_adt")
 ]
-TREES = ("sjd_pac", "sjd_pac_k4", "sjd_pac_deep", "sjd_tree", "tree_longest", "tree_uniform_bonus")
+TREES = ("sjd_pac", "sjd_pac_k4", "sjd_pac_deep", "sjd_tree", "tree_longest", "tree_uniform_bonus", "sjd_adt")
 
 
 def enumerable_adapter():
@@ -129,6 +132,8 @@ def make_decoder(kind: str, adapter=None) -> Decoder:
             init=part("init", "uniform"),
             topology=part("topology", "tree"),
         )
+    if kind == "sjd_adt":  # widths 3, 2 or 1 by the neighbours' runs
+        return replace(make_decoder("sjd_pac"), topology=part("topology", "tree", adapt="neighbours"))
     if kind == "sjd_tree":
         return replace(make_decoder("sjd_pac_deep"), proposal=part("proposal", "resample"))
     if kind == "sjd_pac_k4":  # K = 4: every code of the model is a sibling at each content position

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from sjdbench.decoding.topologies.forest import ancestor_mask, children_of
 from sjdbench.decoding.topologies.rows import RowsConfig, RowsTopology
 from sjdbench.decoding.topologies.tree import TreeConfig, TreeTopology, tree_size
 from sjdbench.decoding.verifiers.exact import ExactVerifier
+from sjdbench.errors import UserError
 from sjdbench.models.debug import build_debug_adapter
 from sjdbench.models.llama_adapter import CODE_OFFSET
 
@@ -537,3 +539,29 @@ def test_draft_traces_list_every_verified_draft_and_change_nothing(debug, preset
     content = ~debug.layout.is_forced
     assert all(content[d["pos"]] and 1 <= len(d["probs"]) <= 16 and 0 <= d["probs"][-1] <= 1 for d in drafts)
     assert all(int(b.tokens[d["pos"]]) == d["token"] for d in drafts if d["accepted"])  # accepted = committed
+
+
+@pytest.mark.parametrize(("runs", "width"), [(1, 4), (2, 2), (3, 1), (8, 1)])
+def test_the_adaptive_tree_narrows_where_the_neighbours_were_easy(debug, runs, width):
+    """ADT-Tree's width: K / r, r = the tokens decided by the iterations that decided the left and
+    upper neighbours; the first undecided position without a decided neighbour gets the full width."""
+    from sjdbench.decoding.loop import loop_constants
+
+    constants = loop_constants(debug)
+    N = debug.layout.n_positions
+    topology = TreeTopology(TreeConfig(width=4, depth=3, adapt="neighbours"))
+    grid_w = int(debug.layout.col.max()) + 1
+    n = int(np.flatnonzero((debug.layout.row.numpy() == 1) & (debug.layout.col.numpy() == 1))[0])  # row 1, col 1
+    run = np.zeros(N, dtype=np.int64)
+    run[:n] = runs
+    view = SimpleNamespace(n_positions=N, run=run, neighbours=(constants.left_of, constants.above_of))
+    assert topology.adapted_width(view, n) == width
+    run[:] = 0
+    assert topology.adapted_width(view, n) == 4  # nothing decided around it
+    assert grid_w > 1
+
+
+def test_an_unknown_adaptation_is_one_line():
+    with pytest.raises(UserError) as error:
+        TreeConfig(adapt="wild").check()
+    assert "adapt 'wild' is unknown; choose one of: none, neighbours" in str(error.value)

@@ -169,6 +169,7 @@ class SampleState:
     decided: np.ndarray
     cached: np.ndarray
     key: int = 0  # the sample's own key for position-keyed noise (drawn only for proposals that read it)
+    run: np.ndarray | None = None  # (N,) tokens decided by the iteration that decided each position
 
 
 @dataclass
@@ -256,7 +257,12 @@ class BatchDecode:
             return
         requests = [self.queue.pop() for _ in free]
         for b, request in zip(free, requests):
-            self.samples[b] = SampleState(request, np.zeros(self.N, dtype=bool), np.zeros(self.N, dtype=bool))
+            self.samples[b] = SampleState(
+                request,
+                np.zeros(self.N, dtype=bool),
+                np.zeros(self.N, dtype=bool),
+                run=np.zeros(self.N, dtype=np.int64),
+            )
             self.tokens[b] = -1
             self.pending.clear(b)
             if self.history is not None:
@@ -281,7 +287,10 @@ class BatchDecode:
             self.drafter.start(self.drafting, free, states, first)
             self.recorder.counts["drafter_forwards"] += self.drafter.take_served(self.drafting)
         for b in free:
-            cast(SampleState, self.samples[b]).decided[0] = True  # admitted above
+            admitted = cast(SampleState, self.samples[b])  # admitted above
+            admitted.decided[0] = True
+            if admitted.run is not None:
+                admitted.run[0] = 1  # the prefill decided position 0 alone
         done = self.done()
         if done:  # a one-position segment is done already
             yield from self.finished(done)
@@ -352,6 +361,8 @@ class BatchDecode:
             self.adapter.image_token_ids,
             self.pending,
             state.request.generator,
+            state.run,
+            (c.left_of, c.above_of),
         )
 
     def plan(self) -> tuple[list[Window], tuple[np.ndarray, Drafts]]:
@@ -521,6 +532,8 @@ class BatchDecode:
                 else np.concatenate([accepted_pos, emitted_pos])
             )
             state.decided[here] = True
+            if state.run is not None:
+                state.run[here] = len(here)
             roots = np.flatnonzero(w.commit_root)
             keep = np.concatenate([roots, v.accepted]) if len(v.accepted) else roots
             if len(roots) > 1:

@@ -210,6 +210,10 @@ class SampleView:
     legal: torch.Tensor  # (K,) legal image ids
     pending: PendingDrafts  # the drafts waiting in the batch
     generator: torch.Generator  # the sample's own random numbers
+    # (N,) host: tokens decided by the iteration that decided each position (0: undecided); an
+    # adaptive topology reads how easy a region was from its decided neighbours
+    run: np.ndarray | None = None
+    neighbours: tuple[np.ndarray, np.ndarray] | None = None  # (left_of, above_of) (N,) grid neighbours, -1: none
 
     @property
     def n_positions(self) -> int:

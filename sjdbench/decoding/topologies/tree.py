@@ -39,15 +39,21 @@ if TYPE_CHECKING:
     from sjdbench.adapter import SegmentLayout
 
 
+ADAPT = ("none", "neighbours")
+
+
 @dataclass
 class TreeConfig(PartConfig):
-    width: int = 3  # K: siblings per branching level
+    width: int = 3  # K: siblings per branching level (with adapt=neighbours: the widest tree)
     depth: int = 3  # D: levels of the full K-ary tree, the root included (depths 1..D-1 branch)
     select: str = "first"  # first: recursive rejection sampling (exact) | longest: longest accepted path (not exact)
+    adapt: str = "none"  # none: every tree K wide | neighbours: ADT-Tree's width from the decided neighbours
 
     symbols: ClassVar[dict[str, str]] = {"width": "K", "depth": "D"}
 
     def check(self) -> None:
+        if self.adapt not in ADAPT:
+            raise UserError(f"adapt '{self.adapt}' is unknown; choose one of: {', '.join(ADAPT)}")
         if self.width < 1:
             raise UserError(f"width must be >= 1, got {self.width}")
         if self.depth < 1:
@@ -133,6 +139,7 @@ class TreeTopology(ForestTopology[TreeConfig]):
     def __init__(self, config: TreeConfig | None = None) -> None:
         super().__init__(config)
         self.width, self.depth, self.select = self.config.width, self.config.depth, self.config.select
+        self.adapt = self.config.adapt
         self._masks: dict[tuple, torch.Tensor] = {}  # the shapes' masks on the device
 
     def siblings(self) -> int:
@@ -151,7 +158,8 @@ class TreeTopology(ForestTopology[TreeConfig]):
         deepest = N - n - 1  # a slot at depth d predicts position n + d
         n_legal = int(sample.legal.numel())
         forced = sample.layout.forced[n : n - 1 + min(self.depth - 1, deepest) + 1].tolist()
-        widths = [1 if f >= 0 else min(self.width, n_legal) for f in forced]
+        width = self.adapted_width(sample, n) if self.adapt == "neighbours" else self.width
+        widths = [1 if f >= 0 else min(width, n_legal) for f in forced]
         while widths and tree_size(widths) > window:  # the full tree must fit in the window
             widths.pop()
         main_len = min(len(widths) + 1 + window - tree_size(widths), deepest + 1)  # slots on the first-child path
@@ -172,6 +180,23 @@ class TreeTopology(ForestTopology[TreeConfig]):
             widths=widths,
             entry=shape.entry,
         )
+
+    def adapted_width(self, sample: SampleView, n: int) -> int:
+        """ADT-Tree's adjacency rule, our reading: r = the mean number of tokens decided by the
+        iterations that decided the first undecided position's left and upper grid neighbours (how
+        easy the region was); the tree is K / r wide, halving as r doubles (a bisection over widths),
+        between 1 (an easy region: a chain, its first-child path as deep as the window) and K (a hard
+        one: the widest tree). Without a decided neighbour (the first row's start) it is K wide. The
+        width reads decided positions only, so recursive rejection over siblings stays exact."""
+        assert sample.run is not None and sample.neighbours is not None  # the loop's views carry them
+        if n >= sample.n_positions:
+            return self.width
+        left_of, above_of = sample.neighbours
+        near = [int(x) for x in (left_of[n], above_of[n]) if x >= 0 and sample.run[x] > 0]
+        if not near:
+            return self.width
+        r = sum(int(sample.run[x]) for x in near) / len(near)
+        return max(1, min(self.width, round(self.width / r)))
 
     def place(self, layout: Layout, drafts: Drafts, sample: SampleView) -> Window:
         """The main path holds the drafts; each branching level's siblings are drawn from them."""
