@@ -109,7 +109,7 @@ def test_a_part_is_chosen_with_either_spelling():
         (["decoder.window=abc"], "decoder.window must be an integer, got 'abc'"),
         (
             ["decoder.verifier=foo"],
-            "unknown decoder.verifier 'foo'; choose one of: cool_sd, exact, greedy, gsd, lantern",
+            "unknown decoder.verifier 'foo'; choose one of: cool_sd, exact, greedy, gsd, lantern, phrases",
         ),
         (["decoder.init=diag"], "choose one of: above, argmax_left, left, random"),
         (["decoder.verifier.k=5"], "the chosen verifier has no knob 'k'; k belongs to verifier lantern"),

@@ -77,7 +77,7 @@ def no_model_loads(monkeypatch):
             ["decoder="],
             "decoder= needs a value; choose one of: ar, cool_sd, eagle, eagle2, eagle_chain, gsd, gsd_vp, jacobi, "
             "lantern, lantern_eagle, lantern_pac, lantern_pp, lantern_vp, mc_sjd, pjd, scd_gs, sjd, sjd_adt, "
-            "sjd_pac, sjd_pp, sjd_vp, zipar",
+            "sjd_pac, sjd_pp, sjd_pv, sjd_vp, zipar",
         ),
         (["decoder.window==3"], "'decoder.window==3' has two '='; write decoder.window=3"),
         (

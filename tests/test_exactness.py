@@ -170,9 +170,24 @@ def make_decoder(kind: str, adapter=None) -> Decoder:
         return replace(base, verifier=part("verifier", "lantern", adapter, k=3, delta=0.1))
     if kind == "gsd":
         return replace(base, verifier=part("verifier", "gsd", adapter, group_size=3, p_thr=0.15, d_thr=10.0))
+    if kind == "sjd_pv":  # phrases: the 6 likeliest consecutive pairs of exact AR
+        from sjdbench.decoding.verifiers.phrases import PhrasesConfig, PhraseVerifier
+
+        return replace(base, verifier=PhraseVerifier(PhrasesConfig(), pairs=likely_pairs(6)))
     if kind == "cool_sd":  # budgets 0.1, 0.05, 0.025 at depths 1, 2, 3
         return replace(base, verifier=part("verifier", "cool_sd", omega=0.1, decay=0.5))
     raise KeyError(kind)
+
+
+@functools.lru_cache(maxsize=4)
+def likely_pairs(k: int) -> list[tuple[int, int]]:
+    """The k consecutive token pairs with the most probability under exact AR (a phrase table)."""
+    adapter = TabulatedAdapter(enumerable_adapter(), PROMPT)
+    pairs: Counter = Counter()
+    for sequence, prob in exact_probabilities(adapter, adapter.default_sampling).items():
+        for a, b in zip(sequence, sequence[1:]):
+            pairs[(a, b)] += prob
+    return [pair for pair, _ in pairs.most_common(k)]
 
 
 def _draw(kind: str, n: int, seed: int, batch: int) -> tuple[Counter, dict]:
@@ -356,7 +371,13 @@ def test_exact_sampler_is_rejected_at_the_tests_level(n, exact):
 
 
 @pytest.mark.parametrize(
-    "kind,per_token_bound", [("lantern", 0.1), ("gsd", None), pytest.param("cool_sd", 0.1, marks=pytest.mark.slow)]
+    "kind,per_token_bound",
+    [
+        ("lantern", 0.1),
+        ("gsd", None),
+        pytest.param("cool_sd", 0.1, marks=pytest.mark.slow),
+        pytest.param("sjd_pv", None, marks=pytest.mark.slow),
+    ],
 )
 def test_relaxed_verifiers_tv_and_acceptance(kind, per_token_bound, exact):
     """Lossy by design: measure TV from AR; it must stay within the per-token bound summed over the

@@ -17,7 +17,7 @@ from typing import Any, Callable, cast
 
 import typer
 
-from sjdbench.cli import data, listing, migrate, report, run, sweep, toy
+from sjdbench.cli import data, listing, migrate, phrases, report, run, sweep, toy
 from sjdbench.cli import eval as scoring
 from sjdbench.cli.console import line
 
@@ -51,6 +51,10 @@ def build_app() -> typer.Typer:
     toy_app.command("train-drafter", context_settings=EXTRA_WORDS)(toy.train_drafter)
     toy_app.command("calibrate")(toy.calibrate)
     app.add_typer(toy_app, name="toy", help="Train the embedded toy model and its toy CLIP.")
+
+    phrases_app = typer.Typer(help="Visual phrases for the phrases verifier (SJD-PV).", no_args_is_help=True)
+    phrases_app.command("mine", context_settings=EXTRA_WORDS)(phrases.mine)
+    app.add_typer(phrases_app, name="phrases", help="Mine a model's visual phrases from its AR runs.")
     return app
 
 

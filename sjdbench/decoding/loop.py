@@ -45,6 +45,7 @@ from sjdbench.decoding.parts import (
     Init,
     InitContext,
     Layout,
+    ParentDrafts,
     Proposal,
     ProposalContext,
     SampleView,
@@ -745,7 +746,10 @@ def verify_windows(
         u = Draws(generators, counts, device).uniform()
         test_p = tests[0].p if len(tests) == 1 else torch.cat([t.p for t in tests])
         depths = _node_depths(windows, device) if verifier.reads_depth else None
-        flags = verifier.accept(test_p, nodes.refs, nodes.tokens, u, **({} if depths is None else {"depth": depths}))
+        reads: dict[str, Any] = {} if depths is None else {"depth": depths}
+        if verifier.reads_parent:
+            reads["parent"] = _parent_drafts(windows, nodes, test_p)
+        flags = verifier.accept(test_p, nodes.refs, nodes.tokens, u, **reads)
         fails = [t.fails if t.fails is not None else torch.zeros_like(flags[:0]) for t in tests]
         if any(t.fails is not None for t in tests):
             flags = flags & ~torch.cat(
@@ -778,6 +782,25 @@ def verify_windows(
         residual = verifier.replacement(before, refs, tokens, **extra_args)
         base = residual if residual_at.size == base.shape[0] else base.index_copy(0, index[0], residual)
     return verdicts, sample(base, Draws(generators, [len(v.emit_slots) for v in verdicts], device)), brought
+
+
+def _parent_drafts(windows: list[Window], nodes: Drafts, test_p: torch.Tensor) -> ParentDrafts:
+    """Each draft's parent slot, in node order: its token, and where it is a draft, its tested p and
+    its q at that token (a verifier that judges consecutive drafts together reads them)."""
+    device = test_p.device
+    index, slots, offsets = [], [], _offsets([len(w.nodes) for w in windows])
+    for w, offset in zip(windows, offsets):
+        parent = w.parent[w.node_slots]
+        node = w.node_of[parent]
+        index.append(np.where(node >= 0, node + offset, -1))
+        slots.append(parent)
+    at = torch.as_tensor(np.concatenate(index), device=device)
+    tokens = torch.cat([w.tokens[torch.as_tensor(s, device=device)] for w, s in zip(windows, slots)])
+    drafted = at >= 0
+    rows = at.clamp_min(0)
+    p = torch.where(drafted, test_p[rows, tokens], torch.zeros_like(test_p[rows, tokens]))
+    q = torch.where(drafted, nodes.refs[rows, tokens].to(p.dtype), torch.zeros_like(p))
+    return ParentDrafts(tokens, p, q, drafted)
 
 
 def _node_depths(windows: list[Window], device: torch.device) -> torch.Tensor:

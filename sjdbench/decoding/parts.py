@@ -137,8 +137,20 @@ class Proposal(Part[ConfigT]):
 # -- verifiers -----------------------------------------------------------------------------------
 
 
+@dataclass
+class ParentDrafts:
+    """For each tested draft, what its parent slot holds: the token, and when the parent is itself a
+    draft, its tested p and q at that token (a verifier that judges consecutive drafts together)."""
+
+    tokens: torch.Tensor  # (T,) the parent slot's token
+    p: torch.Tensor  # (T,) the parent draft's tested p at its token (0 where the parent is a root)
+    q: torch.Tensor  # (T,) its reference q at its token (0 where the parent is a root)
+    drafted: torch.Tensor  # (T,) bool: the parent is a draft (not a decided root)
+
+
 class Verifier(Part[ConfigT]):
     greedy: ClassVar[bool] = False  # the loop processes distributions at temperature 0 (Jacobi)
+    reads_parent: ClassVar[bool] = False  # accept also gets `parent`: ParentDrafts of each draft's parent slot
     # the rule depends on how deep a draft sits below its root: accept and replacement then also get
     # `depth` (T,) / (E,) long, each draft's depth (1 = the first draft after the root)
     reads_depth: ClassVar[bool] = False
