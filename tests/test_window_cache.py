@@ -36,9 +36,10 @@ def test_bucketed_keys_and_slots_show_each_slot_what_the_exact_window_shows(hori
     start = 0 if horizon is None else horizon - L
     positions = torch.arange(start, start + L).expand(2, L)  # (B, L)
     _, exact = exact_cache.begin_window(positions, None, horizon)
-    rotary, bucketed = bucketed_cache.begin_window(positions, None, horizon, slot_bucket(L, 16), bucket_keys=True)
+    slots = bucketed_cache.compiled_slots(L, horizon)
+    rotary, bucketed = bucketed_cache.begin_window(positions, None, horizon, slots, bucket_keys=True)
     W, P, keys = 16, 10, exact.shape[-1]
-    assert bucketed.shape[2] == slot_bucket(L, 16) and rotary.shape[1] == slot_bucket(L, 16)
+    assert bucketed.shape[2] == slots and rotary.shape[1] == slots
     prompt_and_committed = bucketed.shape[-1] - W
     assert prompt_and_committed == bucketed_cache._key_end - W
     if horizon is None:
@@ -51,6 +52,12 @@ def test_bucketed_keys_and_slots_show_each_slot_what_the_exact_window_shows(hori
     assert not bucketed[:, :, :L, keys:].any()  # and none of the extra keys
     padding = bucketed[:, 0, L:]  # (2B, pad, keys): padding slots see only themselves
     assert torch.equal(padding.sum(-1), torch.ones_like(padding.sum(-1)))
+
+
+def test_a_window_in_the_last_key_bucket_is_padded_to_the_whole_window():
+    made = cache()  # prompt 10, committed region 256: the last bucket holds horizons above 119
+    assert [made.compiled_slots(3, horizon) for horizon in (1, 60, 119)] == [4, 4, 4]
+    assert [made.compiled_slots(3, horizon) for horizon in (120, 200, None)] == [16, 16, 16]
 
 
 def test_prompts_of_other_lengths_share_the_key_bucket():

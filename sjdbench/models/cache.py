@@ -19,9 +19,9 @@ cost in the early part of an image; on a GPU it is free to skip as well, since t
 integer the loop already has (no device sync).
 
 A compiled forward is compiled once per shape, so it sees bucketed sizes (`begin_window`'s pad_to
-and bucket_keys): the window padded to the next power of two of slots (`slot_bucket`), the prompt and
-committed keys rounded up to a power of two (at least KEY_BUCKET, at most the committed region), so
-neither the window's length nor the prompt's makes a new shape. The extra keys
+and bucket_keys): the window padded to the next power of two of slots (`compiled_slots`), the prompt
+and committed keys rounded up to a power of two (at least KEY_BUCKET, at most the committed region),
+so neither the window's length nor the prompt's makes a new shape. The extra keys
 are masked like every entry at or past a slot's position, so a bucketed forward gives the logits of
 the exact one, and a compiled run pays for a few more keys than it reads instead of the whole cache.
 
@@ -156,6 +156,26 @@ class WindowCache:
     def end_prefill(self) -> None:
         self._prefill_rows = None
 
+    def _entries_seen(self, horizon: int | None, bucket: bool) -> int:
+        """Committed entries a window below `horizon` attends to (all of them without a horizon);
+        bucketed, the prompt and committed entries together are rounded up to a power of two (at least
+        KEY_BUCKET, at most the committed region), so prompts of other lengths share the shapes."""
+        P = self.prompt_len
+        seen = self.committed - P if horizon is None else min(max(horizon - 1, 0), self.committed - P)
+        if bucket:
+            seen = min(max(KEY_BUCKET, 1 << max(P + seen - 1, 0).bit_length()), self.committed) - P
+        return seen
+
+    def compiled_slots(self, length: int, horizon: int | None) -> int:
+        """The slots a compiled forward pads a window of `length` slots below `horizon` to: the next
+        power of two (`slot_bucket`), or the whole window once its keys are the last bucket (the whole
+        committed region). There a window is shorter only because the image ends, at lengths that
+        differ from one decode to the next: one shape instead of log2(W) that a warm-up may not all
+        meet (the toy's sjd: 4 shapes in all instead of 8, for about 3 padded forwards per image)."""
+        if self.prompt_len + self._entries_seen(horizon, bucket=True) == self.committed:
+            return self.window
+        return slot_bucket(length, self.window)
+
     def begin_window(
         self,
         positions: torch.Tensor,
@@ -170,7 +190,7 @@ class WindowCache:
         Slot (b, i) sees sample b's committed entries before its own position, its prompt, and the
         slots j with mask[b, i, j]. horizon: no slot sits at or past it, so the keys stop at the last
         committed entry any slot may see. pad_to: the window is padded to that many slots, L <= pad_to
-        <= window (a compiled forward's shape, see `slot_bucket`); padding slots see only themselves.
+        <= window (a compiled forward's shape, see `compiled_slots`); padding slots see only themselves.
         bucket_keys: the prompt and committed entries attended to are rounded up to a power of two
         (at least KEY_BUCKET, at most the committed region); the extra ones sit at or past every
         slot's position, so the mask hides them and the logits are the exact window's."""
@@ -184,9 +204,7 @@ class WindowCache:
             raise ValueError(f"a window for {B} samples in a cache holding {self.samples}")
         self._prefill_rows = None
         self.window_positions = positions
-        seen = self.committed - P if horizon is None else min(max(horizon - 1, 0), self.committed - P)
-        if bucket_keys:  # prompt and committed entries together: prompts of other lengths share the shapes
-            seen = min(max(KEY_BUCKET, 1 << max(P + seen - 1, 0).bit_length()), self.committed) - P
+        seen = self._entries_seen(horizon, bucket_keys)
         self._key_end = W + P + seen
         slots = L if pad_to is None else pad_to
         row_pos = positions.repeat_interleave(2, dim=0)  # (2B, L)

@@ -14,8 +14,8 @@ plus `_prompt_inputs(prompt) -> (2, P, D)` when its prompt is not token ids (Lla
 
 Only the logits the loop reads are computed: the prefill returns the last prompt slot's, never the
 whole prompt's. With `compile=True` the window forward is a `torch.compile`d function of a few
-static shapes: a window is padded to the next power of two of slots and its committed keys are
-rounded up to a power of two (cache.py), so each shape is compiled once and a forward pays for about
+static shapes: a window is padded to the next power of two of slots and its prompt and committed
+keys are rounded up to a power of two (cache.py), so each shape is compiled once and a forward pays for about
 the tokens it computes, not for the whole static cache; the prefill stays eager.
 """
 
@@ -28,7 +28,7 @@ import torch
 
 from sjdbench.adapter import PromptBatch, PromptStates, Sampling, SegmentLayout
 from sjdbench.errors import UserError
-from sjdbench.models.cache import KVShape, WindowCache, slot_bucket
+from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.gsd_threshold import nearest_neighbour_threshold
 
 Table = Callable[[], torch.Tensor]
@@ -192,7 +192,7 @@ class WindowedAdapter:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits (B, 2, L, V), hidden (2B, L, D)): the head's input comes for free with its output."""
         B, L = tokens.shape
-        slots = slot_bucket(L, cache.window) if self.compile else L
+        slots = cache.compiled_slots(L, horizon) if self.compile else L
         rotary, attend = cache.begin_window(positions, mask, horizon, slots, bucket_keys=self.compile)
         row_tokens = tokens.repeat_interleave(2, dim=0)  # (2B, L): the CFG pair of each sample
         row_positions = positions.repeat_interleave(2, dim=0)
