@@ -21,9 +21,9 @@ integer the loop already has (no device sync).
 A compiled forward is compiled once per shape, so it sees bucketed sizes (`begin_window`'s pad_to
 and bucket_keys): the window padded to the next power of two of slots (`compiled_slots`), the prompt
 and committed keys rounded up to a power of two (at least KEY_BUCKET, at most the committed region),
-so neither the window's length nor the prompt's makes a new shape. The extra keys
-are masked like every entry at or past a slot's position, so a bucketed forward gives the logits of
-the exact one, and a compiled run pays for a few more keys than it reads instead of the whole cache.
+so neither the window's length nor the prompt's makes a new shape. The extra keys are masked like
+every entry at or past a slot's position, so a bucketed forward gives the logits of the exact one,
+and a compiled run pays for a few more keys than it reads instead of the whole cache.
 
 Rotary positions are per row. Most models count only the real tokens of the row's prompt (segment
 position j at rotary position n_real + j), which reproduces models whose CFG branches have prompts

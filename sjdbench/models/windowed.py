@@ -15,8 +15,9 @@ plus `_prompt_inputs(prompt) -> (2, P, D)` when its prompt is not token ids (Lla
 Only the logits the loop reads are computed: the prefill returns the last prompt slot's, never the
 whole prompt's. With `compile=True` the window forward is a `torch.compile`d function of a few
 static shapes: a window is padded to the next power of two of slots and its prompt and committed
-keys are rounded up to a power of two (cache.py), so each shape is compiled once and a forward pays for about
-the tokens it computes, not for the whole static cache; the prefill stays eager.
+keys are rounded up to a power of two (`WindowCache.compiled_slots`, `begin_window`), so each shape
+is compiled once and a forward pays for about the tokens it computes, not for the whole static
+cache; the prefill stays eager.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.gsd_threshold import nearest_neighbour_threshold
 
 Table = Callable[[], torch.Tensor]
-RECOMPILE_LIMIT = 64  # compiled shapes of one window function: 8 slot counts (W <= 128) x 8 key lengths
+# compiled shapes of the window function in one process: per batch size and window, up to 8 key
+# buckets times a few slot counts (log2(W) + 1 at most), over every preset and batch size of a sweep
+RECOMPILE_LIMIT = 256
 
 
 class WindowedAdapter:
@@ -236,10 +239,11 @@ class WindowedAdapter:
     def _compiled_run(self) -> Any:
         compiled = self.__dict__.get("_compiled")
         if compiled is None:
-            # one compilation per bucketed shape: log2(W) + 1 slot counts times a few key lengths per
-            # cache, more than dynamo's default of 8 before it silently falls back to eager
+            # one compilation per bucketed shape: more than dynamo's default of 8, past which it would
+            # silently run the forward eager in a run recorded as compiled; past ours it raises
             dynamo = torch._dynamo.config
             dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)
+            dynamo.fail_on_recompile_limit_hit = True
             compiled = self.__dict__["_compiled"] = torch.compile(self._run, dynamic=False)
         return compiled
 
