@@ -161,10 +161,10 @@ def check_contract_shapes(adapter) -> None:
 
 
 def check_padded_window_equals_unpadded(adapter) -> None:
-    """The compiled path pads every window to the cache's window size (one static shape) and ignores
-    the horizon: the real slots' logits must not change. The padding is exercised with the eager
-    function standing in for the compiled one (compilation itself: tests/test_models_gpu.py and the
-    toy's compile test)."""
+    """The compiled path pads a window to the next power of two of slots and rounds its committed keys
+    up to a power of two: the real slots' logits must not change. The padding is exercised with the
+    eager function standing in for the compiled one (compilation itself: tests/test_models_gpu.py and
+    the toy's compile tests)."""
     seq = random_image_tokens(adapter, 9, seed=6)
     outputs = []
     for padded in (False, True):

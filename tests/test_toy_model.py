@@ -193,9 +193,9 @@ def test_unknown_dtype_lists_the_choices():
 
 @pytest.mark.slow
 def test_compiled_window_forward_equals_eager():
-    """model.compile=true: the window forward is inductor-compiled (static shapes: the window padded to
-    the cache's, the whole cache attended) and gives the eager logits; the prefill stays eager.
-    Slow: a cold compilation takes ~20 s on 2 cores."""
+    """model.compile=true: the window forward is inductor-compiled (bucketed static shapes: the window
+    padded to a power of two of slots, the keys to a power of two) and gives the eager logits; the
+    prefill stays eager. Slow: a cold compilation takes ~15 s a shape on 2 cores."""
     eager, compiled = build_toy_adapter(), build_toy_adapter(compile=True)
     outputs = []
     for adapter in (eager, compiled):
@@ -206,6 +206,38 @@ def test_compiled_window_forward_equals_eager():
         outputs.append(props.one_forward(adapter, cache, tokens[4:], torch.arange(4, 12), horizon=12))
     assert "_compiled" in compiled.__dict__ and "_compiled" not in eager.__dict__
     torch.testing.assert_close(outputs[1], outputs[0], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["ar", "sjd", "sjd_pac"])
+def test_compiled_decoding_equals_eager_in_float64(preset):
+    """A compiled decode is the eager one token for token, and statistic for statistic, in float64 at
+    B = 1 and 3, over prompts of different lengths (so shapes change with the window's length, the
+    keys' bucket and the batch). The prompts share compiled shapes: an AR decode compiles one shape
+    per key bucket and batch size, not one per prompt. Slow: each shape compiles in ~5 s on 2 cores."""
+    from torch._dynamo.utils import counters
+
+    from sjdbench.config import build_preset
+    from sjdbench.decoding.loop import Request, jacobi_decode_batch
+
+    options = dict(grid_h=8, grid_w=8, n_codes=32, init_std=0.5, dtype="fp64")  # 72 positions: 2 key buckets
+    eager, compiled = build_debug_adapter(**options), build_debug_adapter(**options, compile=True)
+    prompts = ["a red circle", "two blue squares on a striped background", "x"]
+    overrides = ["decoder.window=16"] if preset == "sjd_pac" else []
+    for batch in (1, 3):
+        results = []
+        for adapter in (eager, compiled):
+            requests = [Request(p, torch.Generator().manual_seed(100 + i), key=i) for i, p in enumerate(prompts)]
+            decoder = build_preset(preset, adapter, *overrides)
+            graphs = counters["stats"]["unique_graphs"]
+            decoded = jacobi_decode_batch(adapter, requests, decoder, adapter.default_sampling, batch)
+            results.append({r.key: out for r, out in decoded})
+            if adapter is compiled and preset == "ar":  # slots: 1; keys: 64 or 128 entries; one batch size
+                assert 0 < counters["stats"]["unique_graphs"] - graphs <= 2
+        for key, out in results[0].items():
+            assert torch.equal(results[1][key].tokens, out.tokens), (preset, batch, key)
+            assert results[1][key].stats.to_row() == out.stats.to_row(), (preset, batch, key)
+    assert "_compiled" in compiled.__dict__
 
 
 def test_compile_option_reaches_the_adapter():

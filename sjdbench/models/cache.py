@@ -16,7 +16,14 @@ first so that what a window may see is one prefix of the entries: slots at segme
 `horizon` see at most entries 0 .. W + P + horizon - 2, so a forward given a horizon attends to that
 slice (a view, no copy) instead of the whole static cache. On a CPU that is most of the attention's
 cost in the early part of an image; on a GPU it is free to skip as well, since the horizon is a host
-integer the loop already has (no device sync). A compiled forward ignores it to keep its shapes.
+integer the loop already has (no device sync).
+
+A compiled forward is compiled once per shape, so it sees bucketed sizes (`begin_window`'s pad_to
+and bucket_keys): the window padded to the next power of two of slots (`compiled_slots`), the prompt
+and committed keys rounded up to a power of two (at least KEY_BUCKET, at most the committed region),
+so neither the window's length nor the prompt's makes a new shape. The extra keys are masked like
+every entry at or past a slot's position, so a bucketed forward gives the logits of the exact one,
+and a compiled run pays for a few more keys than it reads instead of the whole cache.
 
 Rotary positions are per row. Most models count only the real tokens of the row's prompt (segment
 position j at rotary position n_real + j), which reproduces models whose CFG branches have prompts
@@ -38,6 +45,14 @@ from dataclasses import dataclass
 import torch
 
 BUCKET = 128  # entries; see WindowCache.__init__
+KEY_BUCKET = 64  # prompt + committed entries a bucketed window forward attends to at least; see begin_window
+
+
+def slot_bucket(length: int, window: int) -> int:
+    """The slots a compiled forward pads a window of `length` slots to: the next power of two, at most
+    `window` (log2(window) + 1 shapes instead of one per length, and an AR step computes one slot, not
+    a whole window's)."""
+    return min(1 << max(length - 1, 0).bit_length(), max(window, length))
 
 
 @dataclass(frozen=True)
@@ -141,25 +156,55 @@ class WindowCache:
     def end_prefill(self) -> None:
         self._prefill_rows = None
 
+    def _entries_seen(self, horizon: int | None, bucket: bool) -> int:
+        """Committed entries a window below `horizon` attends to (all of them without a horizon);
+        bucketed, the prompt and committed entries together are rounded up to a power of two (at least
+        KEY_BUCKET, at most the committed region), so prompts of other lengths share the shapes."""
+        P = self.prompt_len
+        seen = self.committed - P if horizon is None else min(max(horizon - 1, 0), self.committed - P)
+        if bucket:
+            seen = min(max(KEY_BUCKET, 1 << max(P + seen - 1, 0).bit_length()), self.committed) - P
+        return seen
+
+    def compiled_slots(self, length: int, horizon: int | None) -> int:
+        """The slots a compiled forward pads a window of `length` slots below `horizon` to: the next
+        power of two (`slot_bucket`), or the whole window once its keys are the last bucket (the whole
+        committed region). There a window is shorter only because the image ends, at lengths that
+        differ from one decode to the next: one shape instead of log2(W) that a warm-up may not all
+        meet (the toy's sjd: 4 shapes in all instead of 8, for about 3 padded forwards per image)."""
+        if self.prompt_len + self._entries_seen(horizon, bucket=True) == self.committed:
+            return self.window
+        return slot_bucket(length, self.window)
+
     def begin_window(
-        self, positions: torch.Tensor, mask: torch.Tensor | None, horizon: int | None, pad_to: int | None = None
+        self,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None,
+        horizon: int | None,
+        pad_to: int | None = None,
+        bucket_keys: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A window of slots at segment positions (B, L) with window masks (B, L, L) (None: causal
         chain) -> (rotary positions (2B, L'), attention mask (2B, 1, L', keys)).
 
         Slot (b, i) sees sample b's committed entries before its own position, its prompt, and the
         slots j with mask[b, i, j]. horizon: no slot sits at or past it, so the keys stop at the last
-        committed entry any slot may see. pad_to: the window is padded to that many slots (a compiled
-        forward's static shape); padding slots see only themselves."""
+        committed entry any slot may see. pad_to: the window is padded to that many slots, L <= pad_to
+        <= window (a compiled forward's shape, see `compiled_slots`); padding slots see only themselves.
+        bucket_keys: the prompt and committed entries attended to are rounded up to a power of two
+        (at least KEY_BUCKET, at most the committed region); the extra ones sit at or past every
+        slot's position, so the mask hides them and the logits are the exact window's."""
         B, L = positions.shape
         W, P, device = self.window, self.prompt_len, self.device
         if L > W:
             raise ValueError(f"a window of {L} slots needs a cache made with window >= {L}")
+        if pad_to is not None and not L <= pad_to <= W:
+            raise ValueError(f"a window of {L} slots padded to {pad_to}: pad to between {L} and the cache's {W}")
         if B != self.samples:
             raise ValueError(f"a window for {B} samples in a cache holding {self.samples}")
         self._prefill_rows = None
         self.window_positions = positions
-        seen = self.committed - P if horizon is None else min(max(horizon - 1, 0), self.committed - P)
+        seen = self._entries_seen(horizon, bucket_keys)
         self._key_end = W + P + seen
         slots = L if pad_to is None else pad_to
         row_pos = positions.repeat_interleave(2, dim=0)  # (2B, L)

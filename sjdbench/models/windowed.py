@@ -13,8 +13,11 @@ plus `_prompt_inputs(prompt) -> (2, P, D)` when its prompt is not token ids (Lla
 `_bind(cache)` when its layers need their own view of the cache (a transformers Cache).
 
 Only the logits the loop reads are computed: the prefill returns the last prompt slot's, never the
-whole prompt's. With `compile=True` the window forward is a `torch.compile`d function of static
-shape (windows are padded to the cache's window size, the horizon is ignored); the prefill stays eager.
+whole prompt's. With `compile=True` the window forward is a `torch.compile`d function of a few
+static shapes: a window is padded to the next power of two of slots and its prompt and committed
+keys are rounded up to a power of two (`WindowCache.compiled_slots`, `begin_window`), so each shape
+is compiled once and a forward pays for about the tokens it computes, not for the whole static
+cache; the prefill stays eager.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.gsd_threshold import nearest_neighbour_threshold
 
 Table = Callable[[], torch.Tensor]
+# compiled shapes of the window function in one process: per batch size and window, up to 8 key
+# buckets times a few slot counts (log2(W) + 1 at most), over every preset and batch size of a sweep
+RECOMPILE_LIMIT = 256
 
 
 class WindowedAdapter:
@@ -189,12 +195,12 @@ class WindowedAdapter:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits (B, 2, L, V), hidden (2B, L, D)): the head's input comes for free with its output."""
         B, L = tokens.shape
-        pad_to = cache.window if self.compile else None
-        rotary, attend = cache.begin_window(positions, mask, None if self.compile else horizon, pad_to)
+        slots = cache.compiled_slots(L, horizon) if self.compile else L
+        rotary, attend = cache.begin_window(positions, mask, horizon, slots, bucket_keys=self.compile)
         row_tokens = tokens.repeat_interleave(2, dim=0)  # (2B, L): the CFG pair of each sample
         row_positions = positions.repeat_interleave(2, dim=0)
-        if self.compile and L < cache.window:  # padding slots repeat the last one
-            extra = cache.window - L
+        if slots > L:  # padding slots repeat the last one
+            extra = slots - L
             row_tokens = torch.cat([row_tokens, row_tokens[:, -1:].expand(-1, extra)], dim=1)
             row_positions = torch.cat([row_positions, row_positions[:, -1:].expand(-1, extra)], dim=1)
         x = self._embed(row_tokens, row_positions)
@@ -233,6 +239,11 @@ class WindowedAdapter:
     def _compiled_run(self) -> Any:
         compiled = self.__dict__.get("_compiled")
         if compiled is None:
+            # one compilation per bucketed shape: more than dynamo's default of 8, past which it would
+            # silently run the forward eager in a run recorded as compiled; past ours it raises
+            dynamo = torch._dynamo.config
+            dynamo.recompile_limit = max(dynamo.recompile_limit, RECOMPILE_LIMIT)
+            dynamo.fail_on_recompile_limit_hit = True
             compiled = self.__dict__["_compiled"] = torch.compile(self._run, dynamic=False)
         return compiled
 
