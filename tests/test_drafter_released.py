@@ -28,6 +28,7 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -125,6 +126,7 @@ def write_released(folder: Path, kind: str) -> dict[str, torch.Tensor]:
 
 # -- the inputs: a prefix (prompt entries + committed entries) and two tree levels ----------------
 P_SLOTS, COMMITTED, WIDTH = 7, 3, 3  # prompt slots, committed entries, nodes per tree level
+SEGMENT = 16  # segment positions our drafter cache holds
 PAD_UNCOND = 4  # the unconditional row's prompt is left padding except its last 3 slots
 DIFF = PAD_UNCOND  # its positions run this much behind the conditional row's (Anole's input_position_diff)
 
@@ -155,11 +157,9 @@ def scenario(kind: str, seed: int = 1) -> dict:
     )
 
 
-def ours(net, head, sc: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Our drafter through its API: start on the prompt slots, extend the committed ones, two draft
-    levels. Returns logits (2, S, V) of the prefix (prompt entries padded in front), level 1 (2, W, V),
-    level 2 (2, W, V)."""
-    drafter = Drafter(net, head)
+def our_prefix(drafter: Drafter, sc: dict, drafts: int):
+    """Our drafter on the scenario's prefix: start on the prompt slots, extend the committed ones.
+    Returns (its cache, the committed entries' step)."""
     P = P_SLOTS
     # prompt slot i of ours = released slot i - 1 shifted: our entry i pairs token i with feature i - 1
     tokens = torch.zeros(1, 2, P, dtype=torch.long)
@@ -173,12 +173,19 @@ def ours(net, head, sc: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     rotary[0, :, : P - 1] = sc["positions"][:, : P - 1]
     base = (sc["positions"][:, P - 1] + 1)[None]  # segment position 0's entry reads slot P - 1's feature
     states = PromptStates(hidden=hidden, tokens=tokens, valid=valid, rotary=rotary, base=base)
-    cache = drafter.new_cache(1, P, 16, 2 * WIDTH)
+    cache = drafter.new_cache(1, P, SEGMENT, drafts)
     drafter.start(cache, [0], states)
     # the start's own outputs: run the prompt entries again as a plain check is not needed; compare
     # the committed entries and the drafts (the prompt entries' keys feed them)
     seg = torch.arange(COMMITTED)[None]
-    step = drafter.extend(cache, sc["ids"][0, P - 1 :][None], sc["hidden"][None, :, P - 1 :], seg)
+    return cache, drafter.extend(cache, sc["ids"][0, P - 1 :][None], sc["hidden"][None, :, P - 1 :], seg)
+
+
+def ours(net, head, sc: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Our drafter through its API: the prefix (`our_prefix`), then two draft levels. Returns logits
+    (2, S, V) of the prefix (prompt entries padded in front), level 1 (2, W, V), level 2 (2, W, V)."""
+    drafter = Drafter(net, head)
+    cache, step = our_prefix(drafter, sc, 2 * WIDTH)
     last = step.features[:, :, -1:]  # (1, 2, 1, D) the root's feature for level 1
     level1 = drafter.draft(
         cache,
@@ -393,6 +400,59 @@ def test_our_drafter_equals_the_released_module(tmp_path, kind):
         )
     net = load_released(folder)
     _compare(kind, (head(out), head(out1), head(out2)), ours(net, head, sc), sc)
+
+
+@pytest.mark.skipif(not LANTERN, reason="set SJDBENCH_LANTERN_SRC to a checkout of jadohu/LANTERN")
+@pytest.mark.parametrize(("top_k", "depth", "total"), [(4, 3, 12), (3, 4, 9)])
+def test_our_dynamic_tree_equals_the_released_topk_genrate(tmp_path, top_k, depth, total):
+    """EAGLE-2's tree from the same drafter weights and prefix: the released `Model.topK_genrate`
+    (LlamaGen, no logits processor, CFG 3) run unchanged, against our `drafter_tree` topology
+    (`shape: dynamic`) driven by our drafter proposal: the same drafted tokens in the same order,
+    each under the same parent."""
+    from sjdbench.adapter import Sampling
+    from sjdbench.decoding.processing import StructureMasks
+    from sjdbench.decoding.proposals.drafter import DrafterProposal, DraftingState
+    from sjdbench.decoding.topologies.drafter_tree import DrafterTreeTopology
+    from sjdbench.models.drafter import DrafterStep
+
+    module, configs = released_module("llamagen")
+    folder = tmp_path / "llamagen"
+    state = write_released(folder, "llamagen")
+    config = configs.EConfig.from_pretrained(str(folder / "config.json"))
+    theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta")
+    config.rope_scaling = None  # transformers 5 rewrote the null (see the docstring)
+    if theta is not None and "rope_theta" not in config.__dict__:
+        config.rope_theta = theta
+    model = module.Model(config, bias=True, total_tokens=total, depth=depth, top_k=top_k)
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    model.init_tree()
+    head, sc = _head(), scenario("llamagen")
+    with torch.no_grad():  # topK_genrate drops input_ids' first column and drafts after its last
+        ids = torch.cat([torch.zeros(2, 1, dtype=torch.long), sc["ids"]], dim=1)
+        tokens, _, mask, _ = model.topK_genrate(sc["hidden"], ids, head, None, 3.0)
+    released = tokens[0, 1:].tolist()
+    ancestors = mask[0, 0].bool()  # (T, T) each node sees its ancestors and itself
+    depths = ancestors.sum(-1) - 1
+    released_parents = [
+        max((j for j in range(i) if ancestors[i, j] and depths[j] == depths[i] - 1), default=0)
+        for i in range(1, len(released) + 1)
+    ]
+
+    drafter = Drafter(load_released(folder), head)
+    cache, step = our_prefix(drafter, sc, top_k * depth)
+    proposal = DrafterProposal(DrafterProposal.Config(), drafter)
+    drafting = DraftingState(
+        cache, np.zeros(1, dtype=np.int64), DrafterStep(step.logits[:, :, -1:], step.features[:, :, -1:])
+    )
+    topology = DrafterTreeTopology(DrafterTreeTopology.Config(shape="dynamic", top_k=top_k, depth=depth))
+    masks = StructureMasks(torch.full((SEGMENT,), -1), torch.ones(VOCAB, dtype=torch.bool))
+    (tree,) = proposal.draft_trees(
+        drafting, topology, np.array([COMMITTED]), total, masks, Sampling(cfg_scale=3.0), [], torch.float32
+    )
+    assert len(released) == total - 1 and int(depths.max()) >= 2  # a real tree, several levels deep
+    assert tree.tokens.tolist() == released
+    assert tree.parent[1:].tolist() == released_parents
 
 
 # -- files ---------------------------------------------------------------------------------------
