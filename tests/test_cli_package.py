@@ -164,6 +164,7 @@ USAGE_ERRORS = {  # a usage error of each command (an option without its value, 
     "migrate": ["--results-dir"],
     "data": ["fetch"],
     "toy": ["train", "--steps"],
+    "phrases": ["mine", "--min-count"],
 }
 
 

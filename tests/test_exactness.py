@@ -294,6 +294,7 @@ def test_broken_reference_is_detected(exact):
     check_broken_detected(N_FULL, exact, 1e-6, batch=1)
 
 
+@pytest.mark.slow  # beside its 20k version: the fast suite's negative control is the broken reference's
 def test_tree_longest_path_reading_is_detected_fast(exact):
     """The released code's tree verification (longest accepted path, so sibling k > 0 may win although
     sibling 0 passed) fails the test the exact tree passes. With the released reading of an empty

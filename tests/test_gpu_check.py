@@ -57,6 +57,7 @@ def dry_run(tmp_path_factory) -> tuple[dict, str, str]:
     return json.loads(json_path.read_text()), md_path.read_text(), done.stdout
 
 
+@pytest.mark.slow  # the script's dry run takes about half a minute
 def test_every_section_reports_numbers_or_a_reason(dry_run):
     report, _, _ = dry_run
     assert report["dry_run"] is True and report["finished_utc"]
@@ -71,6 +72,7 @@ def test_every_section_reports_numbers_or_a_reason(dry_run):
         assert all(skip["why"] for skip in record["skipped"]), name
 
 
+@pytest.mark.slow  # the script's dry run takes about half a minute
 def test_the_step_costs_are_measured_for_every_model_eager_and_compiled(dry_run):
     report, _, _ = dry_run
     record = report["sections"]["models"]
@@ -86,6 +88,7 @@ def test_the_step_costs_are_measured_for_every_model_eager_and_compiled(dry_run)
     assert {mode for _, mode in measured} == {"eager", "compiled"}
 
 
+@pytest.mark.slow  # the script's dry run takes about half a minute
 def test_toy_batched_and_chi_square_rows(dry_run):
     report, _, _ = dry_run
     sections = report["sections"]
@@ -98,6 +101,7 @@ def test_toy_batched_and_chi_square_rows(dry_run):
         assert row["pass"], row  # lossless presets; fixed seeds, so the outcome is deterministic
 
 
+@pytest.mark.slow  # the script's dry run takes about half a minute
 def test_the_markdown_holds_the_command_the_machine_and_a_table_per_section(dry_run):
     report, markdown, stdout = dry_run
     assert report["command"] in markdown

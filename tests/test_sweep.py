@@ -31,7 +31,7 @@ def test_grid_expansion_grammar():
     assert grid == {"decoder": ["sjd", "sjd_vp"], "decoder.window": ["16", "32", "48", "64"], "seed": ["0", "1"]}
     assert fixed == ["data=smoke"]
     grid, _ = parse_words(["decoder=glob(sjd*)"])
-    assert grid["decoder"] == ["sjd", "sjd_pac", "sjd_pp", "sjd_vp"]
+    assert grid["decoder"] == ["sjd", "sjd_adt", "sjd_pac", "sjd_pp", "sjd_pv", "sjd_vp"]
 
 
 def test_presets_expand_and_user_words_win():

@@ -81,8 +81,14 @@ def _part_names(spec: ResolvedDecoder) -> tuple:
 
 
 def _knobs_apart(spec: ResolvedDecoder, preset: ResolvedDecoder) -> int:
-    """How many part knobs of the decoder differ from the preset's (parts with the same names)."""
-    return sum(len(getattr(spec, kind).label_knobs(getattr(preset, kind))) for kind in PART_KINDS)
+    """How many part knobs of the decoder differ from the preset's (parts with the same names), both
+    ways: a knob the preset reads and the decoder leaves unused (sjd_adt's adapt beside a fixed-width
+    tree) counts too."""
+    return sum(
+        len(getattr(spec, kind).label_knobs(getattr(preset, kind)))
+        + len(getattr(preset, kind).label_knobs(getattr(spec, kind)))
+        for kind in PART_KINDS
+    )
 
 
 def family(spec: ResolvedDecoder) -> str:

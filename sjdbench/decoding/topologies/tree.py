@@ -51,6 +51,10 @@ class TreeConfig(PartConfig):
 
     symbols: ClassVar[dict[str, str]] = {"width": "K", "depth": "D"}
 
+    def unused(self) -> set[str]:
+        """A fixed-width tree says nothing of adaptation, so trees from before the knob keep their run ids."""
+        return {"adapt"} if self.adapt == "none" else set()
+
     def check(self) -> None:
         if self.adapt not in ADAPT:
             raise UserError(f"adapt '{self.adapt}' is unknown; choose one of: {', '.join(ADAPT)}")
