@@ -46,7 +46,9 @@ if TYPE_CHECKING:
     from sjdbench.adapter import SegmentLayout
 
 SHAPES = ("static", "dynamic")
-# The released static trees (EAGLE's and LANTERN's `choices.py`), as data: sibling indices from the root.
+# The released static trees (EAGLE's and LANTERN's `choices.py`), as data: sibling indices from the
+# root. Both end on the same deep first-child path.
+_DEEP_PATH = [[0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1]]
 CHOICES: dict[str, list[list[int]]] = {
     "mc_sim_7b_63": [
         [0],
@@ -69,11 +71,7 @@ CHOICES: dict[str, list[list[int]]] = {
         [0, 2, 0],
         [0, 2, 1],
         [1, 0, 0],
-        [0, 0, 0, 0],
-        [0, 0, 0, 1],
-        [0, 0, 0, 2],
-        [0, 0, 0, 0, 0],
-        [0, 0, 0, 0, 1],
+        *_DEEP_PATH,
     ],  # fmt: skip
     "mc_sim_7b_63_balanced": [
         [0],
@@ -96,11 +94,7 @@ CHOICES: dict[str, list[list[int]]] = {
         [1, 0, 1],
         [1, 1, 0],
         [1, 1, 1],
-        [0, 0, 0, 0],
-        [0, 0, 0, 1],
-        [0, 0, 0, 2],
-        [0, 0, 0, 0, 0],
-        [0, 0, 0, 0, 1],
+        *_DEEP_PATH,
     ],  # fmt: skip
 }
 
