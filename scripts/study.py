@@ -3,8 +3,8 @@
 Every decoder preset at W = 16 on the 256 held-out toy captions, AR at seeds 0 and 1 (the second is
 the noise floor of every quality difference), batched; then `sjdbench eval` (toy CLIP-Score, toy
 FD, object accuracy, each difference to AR with a paired bootstrap CI) and `sjdbench report`. The
-runs are split over two worker processes (one torch thread each: the machine's two cores), so the
-whole study fits in about half an hour on 2 cores; it prints its own wall time at the end. Last,
+runs are taken from one queue by two worker processes (one torch thread each: the machine's two
+cores); the script prints its wall time and the CPU time its workers spent at the end. Last,
 the quality table (one row per decoder, every score with its difference to AR and, for the toy
 CLIP-Score, the equivalence to AR) is written as the docs fragment docs/generated/study.md.
 
@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,24 +59,24 @@ def main() -> None:
         "save_images=true",
     ]
 
-    # the two AR runs first, one per worker, then the decoders shared out among the workers
-    jobs: list[list[list[str]]] = [[] for _ in range(args.workers)]
-    for seed in (0, 1):
-        jobs[seed % args.workers].append(command("run", *common, "decoder=ar", f"seed={seed}", "--quiet"))
+    # one queue of runs, AR at both seeds first, taken by the workers as they come free (uneven
+    # decoders do not leave a worker idle while the other still has a list to go)
+    jobs = [command("run", *common, "decoder=ar", f"seed={seed}", "--quiet") for seed in (0, 1)]
     presets = decoder_presets()  # every preset of the `decoder` config group
-    for i, preset in enumerate(presets):
-        words = ["run", *common, f"decoder={preset}", "decoder.window=16", "seed=0", "--quiet"]
-        jobs[i % args.workers].append(command(*words))
-    workers = [
-        subprocess.Popen(["bash", "-c", " && ".join(" ".join(map(_quote, job)) for job in todo)], cwd=REPO, env=env)
-        for todo in jobs
-        if todo
-    ]
-    codes = [worker.wait() for worker in workers]
+    jobs += [command("run", *common, f"decoder={p}", "decoder.window=16", "seed=0", "--quiet") for p in presets]
+    with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        codes = list(pool.map(lambda job: subprocess.run(job, cwd=REPO, env=env).returncode, jobs))
     if any(codes):
-        sys.exit(f"a decoding worker failed (exit codes {codes}); re-run `make study` to resume")
+        failed = [p for p, code in zip(["ar", "ar", *presets], codes) if code]
+        sys.exit(f"decoding failed for {', '.join(failed)}; re-run `make study` to resume")
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    decoding_cpu = cpu.ru_utime + cpu.ru_stime
     decoded = time.perf_counter() - start
-    print(f"study: decoding done in {decoded / 60:.1f} min", flush=True)
+    print(
+        f"study: decoding done in {decoded / 60:.1f} min wall, {decoding_cpu / 60:.1f} min of CPU in the "
+        f"workers (load average at the end {os.getloadavg()[0]:.1f})",
+        flush=True,
+    )
 
     results = f"results_dir={args.results}"
     subprocess.run(command("eval", "model=toy", "data=toy", results), cwd=REPO, env=env, check=True)
@@ -96,7 +98,8 @@ def main() -> None:
         from sjdbench.report.generated import script_command, write_fragment
 
         body = study_table(args.results) + (
-            f"\n\nWall time: decoding {decoded / 60:.1f} min, scoring {(scored - decoded) / 60:.1f} min, "
+            f"\n\nWall time: decoding {decoded / 60:.1f} min ({decoding_cpu / 60:.1f} min of CPU in "
+            f"{args.workers} workers), scoring {(scored - decoded) / 60:.1f} min, "
             f"report {(total - scored) / 60:.1f} min (printed by the script)."
         )
         print(f"table -> {write_fragment(args.markdown, body, script_command())}", flush=True)
@@ -182,10 +185,6 @@ def _delta(delta, lo, hi, digits: int) -> str:
         if lo > 0 or hi < 0:
             text = f"**{text}**"
     return text
-
-
-def _quote(word: str) -> str:
-    return "'" + word.replace("'", "'\\''") + "'"
 
 
 if __name__ == "__main__":
