@@ -27,6 +27,7 @@ from sjdbench.models.vq_blocks import (
     load_exact,
     read_checkpoint,
     swish,
+    through_level,
 )
 
 
@@ -102,10 +103,7 @@ class Encoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.conv_in(x)
         for i, level in enumerate(cast(Iterable[_Level], self.conv_blocks)):
-            for j, block in enumerate(level.res):
-                h = block(h)
-                if len(level.attn):
-                    h = level.attn[j](h)
+            h = through_level(h, level.res, level.attn)
             if i != len(self.conv_blocks) - 1:
                 h = level.downsample(h)
         for block in self.mid:
@@ -139,10 +137,7 @@ class Decoder(nn.Module):
         for block in self.mid:
             h = block(h)
         for i, level in enumerate(cast(Iterable[_Level], self.conv_blocks)):
-            for j, block in enumerate(level.res):
-                h = block(h)
-                if len(level.attn):
-                    h = level.attn[j](h)
+            h = through_level(h, level.res, level.attn)
             if i != len(self.conv_blocks) - 1:
                 h = level.upsample(h)
         return self.conv_out(swish(self.norm_out(h)))

@@ -85,6 +85,16 @@ class Downsample(nn.Module):
         return self.conv(F.pad(x, (0, 1, 0, 1)))
 
 
+def through_level(h: torch.Tensor, blocks: nn.ModuleList, attn: nn.ModuleList) -> torch.Tensor:
+    """One resolution level: its resnet blocks, each followed by its attention block where the level
+    has them (its resampler is the caller's: the two releases name it differently)."""
+    for j, block in enumerate(blocks):
+        h = block(h)
+        if len(attn):
+            h = attn[j](h)
+    return h
+
+
 def load_exact(
     module: nn.Module, state: dict[str, torch.Tensor], source: str, ignore: tuple[str, ...] = ()
 ) -> list[str]:

@@ -26,6 +26,7 @@ from sjdbench.models.vq_blocks import (
     load_exact,
     read_checkpoint,
     swish,
+    through_level,
 )
 
 
@@ -118,10 +119,7 @@ class Encoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.conv_in(x)
         for i, level in enumerate(cast(Iterable[_Level], self.down)):
-            for j, block in enumerate(level.block):
-                h = block(h)
-                if len(level.attn):
-                    h = level.attn[j](h)
+            h = through_level(h, level.block, level.attn)
             if i != len(self.down) - 1:
                 h = level.downsample(h)
         return self.conv_out(swish(self.norm_out(self.mid(h))))
@@ -155,10 +153,7 @@ class Decoder(nn.Module):
         h = self.mid(self.conv_in(z))
         for i in reversed(range(len(self.up))):
             level = cast(_Level, self.up[i])
-            for j, block in enumerate(level.block):
-                h = block(h)
-                if len(level.attn):
-                    h = level.attn[j](h)
+            h = through_level(h, level.block, level.attn)
             if i != 0:
                 h = level.upsample(h)
         return self.conv_out(swish(self.norm_out(h)))

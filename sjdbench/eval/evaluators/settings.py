@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, cast
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sjdbench.errors import UserError
+from sjdbench.errors import UserError, check_at_least
 
 
 @dataclass
@@ -162,8 +162,7 @@ def validate(config: EvalConfig) -> None:
         "eval.precision_recall.bootstrap": (config.precision_recall.bootstrap, 0),
     }
     for key, (count, least) in counts.items():
-        if count < least:
-            raise UserError(f"{key} must be >= {least}, got {count}")
+        check_at_least(key, count, least)
     if config.floor_seed_offset == 0:
         raise UserError(
             "eval.floor_seed_offset=0 compares the AR run with itself (a noise floor of 0); use another seed "
