@@ -29,11 +29,12 @@ from sjdbench.adapter import PromptBatch, SegmentLayout
 from sjdbench.models.chameleon_family import (
     ChameleonFamilyAdapter,
     ChameleonFamilyOptions,
+    LuminaVocabulary,
     load_checkpoint,
     random_models,
     stand_in_text,
+    stand_in_vocabulary,
 )
-from sjdbench.models.lumina import LuminaVocabulary, stand_in_vocabulary
 from sjdbench.models.registry import ModelEntry
 
 HUB = "leloy/Anole-7b-v0.1-hf"

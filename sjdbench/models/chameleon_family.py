@@ -1,6 +1,7 @@
 """What the Chameleon-7B image generators share (Lumina-mGPT in `lumina.py`, Anole in `anole.py`):
-our Chameleon forward with Meta's Chameleon VQGAN, their options, the adapter over both, and how they
-are built: stand-in random weights, or an HF-format checkpoint directory plus the VQGAN's files.
+our Chameleon forward with Meta's Chameleon VQGAN, Lumina-mGPT's vocabulary (Anole shares its
+tokenizer), their options, the adapter over both, and how they are built: stand-in random weights,
+or an HF-format checkpoint directory plus the VQGAN's files.
 
 Each model file supplies only what differs: its segment layout, its prompt, its vocabulary's reading
 and the hub repository of its weights.
@@ -9,9 +10,10 @@ and the hub repository of its weights.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Optional
+from typing import Callable, ClassVar, Optional
 
 import numpy as np
 import torch
@@ -26,14 +28,64 @@ from sjdbench.models.vq_blocks import load_exact
 from sjdbench.models.vqgan import ChameleonVQGAN, VQGANConfig
 from sjdbench.models.windowed import WindowedAdapter
 
-if TYPE_CHECKING:
-    from sjdbench.models.lumina import LuminaVocabulary
-
 # the released defaults of both: CFG 3, temperature 1, top-k 2000
 DEFAULT_SAMPLING = Sampling(cfg_scale=3.0, temperature=1.0, top_k=2000, top_p=1.0)
 PAPER_GSD_D_THR = 0.5  # So et al.'s threshold, measured on Lumina-mGPT's own (Chameleon-7B) input embeddings
 VQGAN_FILES = ["vqgan.ckpt", "vqgan.yaml"]
 STAND_IN_TEXT_IDS = (9000, 50000)  # weights=random: text ids drawn from this range (no tokenizer is read)
+
+
+# -- the vocabulary: Lumina-mGPT's tokenizer, which Anole shares ------------------------------------
+IMAGE_NAME = re.compile(r"IMGIMG([A-J]+)Z")
+SEPARATOR, BREAK, END, NEW_LINE = "<reserved08706>", "<racm3:break>", "<eoss>", "<reserved08799>"
+
+
+def grid_token_name(n_grids: int) -> str:
+    return f"<reserved{8800 + n_grids:05d}>"
+
+
+def image_code(name: str) -> int | None:
+    match = IMAGE_NAME.fullmatch(name)
+    return None if match is None else int("".join(str(ord(ch) - ord("A")) for ch in match.group(1)))
+
+
+@dataclass
+class LuminaVocabulary:
+    image_token_ids: torch.Tensor  # (K,) token of code k
+    bos: int
+    separator: int
+    image_start: int
+    image_end: int
+    new_line: int
+    names: dict[str, int]
+
+    @classmethod
+    def from_names(cls, names: dict[str, int], bos: int) -> LuminaVocabulary:
+        codes = {code: int(i) for name, i in names.items() if (code := image_code(name)) is not None}
+        if not codes or sorted(codes) != list(range(len(codes))):
+            raise ValueError(
+                "the vocabulary has no complete set of IMGIMG...Z image tokens; is this a Chameleon checkpoint?"
+            )
+        missing = [n for n in (SEPARATOR, BREAK, END, NEW_LINE) if n not in names]
+        if missing:
+            raise ValueError(f"the vocabulary lacks Lumina-mGPT's structural tokens {missing}")
+        ids = torch.tensor([codes[k] for k in range(len(codes))], dtype=torch.long)
+        return cls(ids, bos, names[SEPARATOR], names[BREAK], names[END], names[NEW_LINE], names)
+
+    def grid_token(self, n_grids: int) -> int:
+        name = grid_token_name(n_grids)
+        if name not in self.names:
+            raise ValueError(f"no size token {name} for {n_grids} grid steps in the vocabulary")
+        return self.names[name]
+
+
+def stand_in_vocabulary(n_codes: int = 8192) -> dict[str, int]:
+    """Lumina-mGPT's structural and image token names at the released ids (image code k at id 4 + k,
+    reserved token n at id n + 4), for weights=random: no tokenizer file is read."""
+    names = {f"IMGIMG{''.join(chr(ord('A') + int(d)) for d in str(k))}Z": 4 + k for k in range(n_codes)}
+    names.update({f"<reserved{n:05d}>": n + 4 for n in range(8700, 8900)})
+    names.update({"<eoss>": 8196, "<racm3:break>": 8197, "<s>": 1})
+    return names
 
 
 @dataclass

@@ -23,19 +23,23 @@ code's decimal digits), never from an assumed offset.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 import torch
 
 from sjdbench.adapter import PromptBatch, SegmentLayout
-from sjdbench.models.chameleon_family import (
+from sjdbench.models.chameleon_family import (  # noqa: F401  (grid_token_name, image_code: named here too)
+    SEPARATOR,
     ChameleonFamilyAdapter,
     ChameleonFamilyOptions,
+    LuminaVocabulary,
+    grid_token_name,
+    image_code,
     load_checkpoint,
     random_models,
     stand_in_text,
+    stand_in_vocabulary,
 )
 from sjdbench.models.registry import ModelEntry
 
@@ -45,47 +49,6 @@ PATCH = 32  # pixels per grid token; the VQGAN downsamples 16x, so 2 latent rows
 VQGAN_SOURCE = (
     "Meta's Chameleon image tokenizer (tokenizer/vqgan.ckpt and tokenizer/vqgan.yaml of the Chameleon release)"
 )
-IMAGE_NAME = re.compile(r"IMGIMG([A-J]+)Z")
-SEPARATOR, BREAK, END, NEW_LINE = "<reserved08706>", "<racm3:break>", "<eoss>", "<reserved08799>"
-
-
-def grid_token_name(n_grids: int) -> str:
-    return f"<reserved{8800 + n_grids:05d}>"
-
-
-def image_code(name: str) -> int | None:
-    match = IMAGE_NAME.fullmatch(name)
-    return None if match is None else int("".join(str(ord(ch) - ord("A")) for ch in match.group(1)))
-
-
-@dataclass
-class LuminaVocabulary:
-    image_token_ids: torch.Tensor  # (K,) token of code k
-    bos: int
-    separator: int
-    image_start: int
-    image_end: int
-    new_line: int
-    names: dict[str, int]
-
-    @classmethod
-    def from_names(cls, names: dict[str, int], bos: int) -> LuminaVocabulary:
-        codes = {code: int(i) for name, i in names.items() if (code := image_code(name)) is not None}
-        if not codes or sorted(codes) != list(range(len(codes))):
-            raise ValueError(
-                "the vocabulary has no complete set of IMGIMG...Z image tokens; is this a Chameleon checkpoint?"
-            )
-        missing = [n for n in (SEPARATOR, BREAK, END, NEW_LINE) if n not in names]
-        if missing:
-            raise ValueError(f"the vocabulary lacks Lumina-mGPT's structural tokens {missing}")
-        ids = torch.tensor([codes[k] for k in range(len(codes))], dtype=torch.long)
-        return cls(ids, bos, names[SEPARATOR], names[BREAK], names[END], names[NEW_LINE], names)
-
-    def grid_token(self, n_grids: int) -> int:
-        name = grid_token_name(n_grids)
-        if name not in self.names:
-            raise ValueError(f"no size token {name} for {n_grids} grid steps in the vocabulary")
-        return self.names[name]
 
 
 def lumina_layout(vocab: LuminaVocabulary, resolution: int) -> SegmentLayout:
@@ -133,16 +96,6 @@ class LuminaAdapter(ChameleonFamilyAdapter):
         pad_mask = torch.zeros_like(tokens, dtype=torch.bool)
         pad_mask[0] = True  # the unconditional branch has no prompt: its context starts at the break token
         return PromptBatch(tokens, pad_mask, text=text)
-
-
-# -- building -----------------------------------------------------------------------------------
-def stand_in_vocabulary(n_codes: int = 8192) -> dict[str, int]:
-    """Lumina-mGPT's structural and image token names at the released ids (image code k at id 4 + k,
-    reserved token n at id n + 4), for weights=random: no tokenizer file is read."""
-    names = {f"IMGIMG{''.join(chr(ord('A') + int(d)) for d in str(k))}Z": 4 + k for k in range(n_codes)}
-    names.update({f"<reserved{n:05d}>": n + 4 for n in range(8700, 8900)})
-    names.update({"<eoss>": 8196, "<racm3:break>": 8197, "<s>": 1})
-    return names
 
 
 def build(options: LuminaOptions, device: str) -> LuminaAdapter:
