@@ -23,6 +23,7 @@ from sjdbench.models.vq_blocks import (
     Downsample,
     ResnetBlock,
     Upsample,
+    VQModel,
     group_norm,
     load_exact,
     read_checkpoint,
@@ -153,21 +154,15 @@ class Quantizer(nn.Module):
         return F.normalize(self.embedding.weight, p=2, dim=-1)  # (K, D)
 
 
-class VQ16(nn.Module):
-    def __init__(self, cfg: VQ16Config) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.encoder = Encoder(cfg)
-        self.decoder = Decoder(cfg)
-        self.quantize = Quantizer(cfg)
-        self.quant_conv = nn.Conv2d(cfg.z_channels, cfg.codebook_embed_dim, 1)
-        self.post_quant_conv = nn.Conv2d(cfg.codebook_embed_dim, cfg.z_channels, 1)
+class VQ16(VQModel):
+    quantize: Quantizer
 
-    @torch.inference_mode()
-    def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes (B, h, w) -> images (B, 3, 16h, 16w) in about [-1, 1]."""
-        z = self.quantize.normalised()[codes].permute(0, 3, 1, 2)  # (B, D, h, w)
-        return self.decoder(self.post_quant_conv(z))
+    def __init__(self, cfg: VQ16Config) -> None:
+        super().__init__(Encoder(cfg), Decoder(cfg), Quantizer(cfg), cfg.z_channels, cfg.codebook_embed_dim)
+        self.cfg = cfg
+
+    def code_vectors(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.quantize.normalised()[codes]  # the L2-normalised codebook, as LlamaGen's decode_code
 
     @classmethod
     def load(cls, checkpoint: Path) -> VQ16:

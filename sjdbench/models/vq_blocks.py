@@ -95,6 +95,32 @@ def through_level(h: torch.Tensor, blocks: nn.ModuleList, attn: nn.ModuleList) -
     return h
 
 
+class VQModel(nn.Module):
+    """The wrapping both releases share: an encoder, a quantizer, a decoder, and the 1x1 convolutions
+    between the latents (z_channels) and the code vectors (code_dim). A model says how it looks a
+    code's vector up (`code_vectors`)."""
+
+    def __init__(
+        self, encoder: nn.Module, decoder: nn.Module, quantize: nn.Module, z_channels: int, code_dim: int
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.quantize = quantize
+        self.quant_conv = nn.Conv2d(z_channels, code_dim, 1)
+        self.post_quant_conv = nn.Conv2d(code_dim, z_channels, 1)
+
+    def code_vectors(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes (B, h, w) long -> their vectors (B, h, w, code_dim)."""
+        raise NotImplementedError
+
+    @torch.inference_mode()
+    def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes (B, h, w) -> images (B, 3, 16h, 16w) in about [-1, 1]."""
+        z = self.code_vectors(codes).permute(0, 3, 1, 2)  # (B, D, h, w)
+        return self.decoder(self.post_quant_conv(z))
+
+
 def load_exact(
     module: nn.Module, state: dict[str, torch.Tensor], source: str, ignore: tuple[str, ...] = ()
 ) -> list[str]:

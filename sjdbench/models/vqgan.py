@@ -22,6 +22,7 @@ from sjdbench.models.vq_blocks import (
     Downsample,
     ResnetBlock,
     Upsample,
+    VQModel,
     group_norm,
     load_exact,
     read_checkpoint,
@@ -165,22 +166,15 @@ class Quantizer(nn.Module):
         self.embedding = nn.Embedding(cfg.n_embed, cfg.embed_dim)
 
 
-class ChameleonVQGAN(nn.Module):
-    def __init__(self, cfg: VQGANConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.encoder = Encoder(cfg)
-        self.decoder = Decoder(cfg)
-        self.quantize = Quantizer(cfg)
-        self.quant_conv = nn.Conv2d(cfg.z_channels, cfg.embed_dim, 1)
-        self.post_quant_conv = nn.Conv2d(cfg.embed_dim, cfg.z_channels, 1)
+class ChameleonVQGAN(VQModel):
+    quantize: Quantizer
 
-    @torch.inference_mode()
-    def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes (B, h, w) long -> images (B, 3, 16h, 16w) in about [-1, 1] (no normalisation of the
-        codebook: Chameleon looks its vectors up as stored)."""
-        z = self.quantize.embedding(codes).permute(0, 3, 1, 2)  # (B, D, h, w)
-        return self.decoder(self.post_quant_conv(z))
+    def __init__(self, cfg: VQGANConfig) -> None:
+        super().__init__(Encoder(cfg), Decoder(cfg), Quantizer(cfg), cfg.z_channels, cfg.embed_dim)
+        self.cfg = cfg
+
+    def code_vectors(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.quantize.embedding(codes)  # no normalisation: Chameleon looks its vectors up as stored
 
     @classmethod
     def load(cls, checkpoint: Path, config: Path | None = None) -> ChameleonVQGAN:
