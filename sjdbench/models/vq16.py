@@ -24,6 +24,7 @@ from sjdbench.models.vq_blocks import (
     ResnetBlock,
     Upsample,
     VQModel,
+    fill_level,
     group_norm,
     load_exact,
     read_checkpoint,
@@ -89,11 +90,8 @@ class Encoder(nn.Module):
         self.conv_blocks = nn.ModuleList()
         for i in range(levels):
             level, channels = _Level(), cfg.ch * in_mult[i]
-            for _ in range(cfg.num_res_blocks):
-                level.res.append(ResnetBlock(channels, cfg.ch * cfg.ch_mult[i]))
-                channels = cfg.ch * cfg.ch_mult[i]
-                if i == levels - 1:
-                    level.attn.append(AttnBlock(channels))
+            out, attention = cfg.ch * cfg.ch_mult[i], i == levels - 1  # attention at the coarsest level only
+            channels = fill_level(level.res, level.attn, channels, out, cfg.num_res_blocks, attention)
             if i != levels - 1:
                 level.downsample = Downsample(channels)
             self.conv_blocks.append(level)
@@ -122,11 +120,8 @@ class Decoder(nn.Module):
         self.conv_blocks = nn.ModuleList()
         for i in reversed(range(levels)):  # coarsest level first
             level = _Level()
-            for _ in range(cfg.num_res_blocks + 1):
-                level.res.append(ResnetBlock(channels, cfg.ch * cfg.ch_mult[i]))
-                channels = cfg.ch * cfg.ch_mult[i]
-                if i == levels - 1:
-                    level.attn.append(AttnBlock(channels))
+            out, attention = cfg.ch * cfg.ch_mult[i], i == levels - 1  # attention at the coarsest level only
+            channels = fill_level(level.res, level.attn, channels, out, cfg.num_res_blocks + 1, attention)
             if i != 0:
                 level.upsample = Upsample(channels)
             self.conv_blocks.append(level)

@@ -85,6 +85,20 @@ class Downsample(nn.Module):
         return self.conv(F.pad(x, (0, 1, 0, 1)))
 
 
+def fill_level(
+    blocks: nn.ModuleList, attn: nn.ModuleList, channels: int, out_channels: int, count: int, attention: bool
+) -> int:
+    """Build one resolution level: `count` resnet blocks (the first from `channels`, all to
+    `out_channels`), each followed by an attention block where the level has attention. Returns the
+    level's output channels."""
+    for _ in range(count):
+        blocks.append(ResnetBlock(channels, out_channels))
+        channels = out_channels
+        if attention:
+            attn.append(AttnBlock(channels))
+    return channels
+
+
 def through_level(h: torch.Tensor, blocks: nn.ModuleList, attn: nn.ModuleList) -> torch.Tensor:
     """One resolution level: its resnet blocks, each followed by its attention block where the level
     has them (its resampler is the caller's: the two releases name it differently)."""

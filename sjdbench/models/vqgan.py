@@ -23,6 +23,7 @@ from sjdbench.models.vq_blocks import (
     ResnetBlock,
     Upsample,
     VQModel,
+    fill_level,
     group_norm,
     load_exact,
     read_checkpoint,
@@ -104,11 +105,8 @@ class Encoder(nn.Module):
         self.down = nn.ModuleList()
         for i, mult in enumerate(cfg.ch_mult):
             level, channels = _Level(), cfg.ch * in_mult[i]
-            for _ in range(cfg.num_res_blocks):
-                level.block.append(ResnetBlock(channels, cfg.ch * mult))
-                channels = cfg.ch * mult
-                if res in cfg.attn_resolutions:
-                    level.attn.append(AttnBlock(channels))
+            attention = res in cfg.attn_resolutions
+            channels = fill_level(level.block, level.attn, channels, cfg.ch * mult, cfg.num_res_blocks, attention)
             if i != len(cfg.ch_mult) - 1:
                 level.downsample = Downsample(channels)
                 res //= 2
@@ -137,11 +135,8 @@ class Decoder(nn.Module):
         up: list[_Level] = []
         for i in reversed(range(levels)):  # built from the coarsest level; stored finest-first
             level = _Level()
-            for _ in range(cfg.num_res_blocks + 1):
-                level.block.append(ResnetBlock(channels, cfg.ch * cfg.ch_mult[i]))
-                channels = cfg.ch * cfg.ch_mult[i]
-                if res in cfg.attn_resolutions:
-                    level.attn.append(AttnBlock(channels))
+            out, attention = cfg.ch * cfg.ch_mult[i], res in cfg.attn_resolutions
+            channels = fill_level(level.block, level.attn, channels, out, cfg.num_res_blocks + 1, attention)
             if i != 0:
                 level.upsample = Upsample(channels)
                 res *= 2
