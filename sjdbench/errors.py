@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 
 class UserError(Exception):
     """Bad input that the user can fix; the message says what was wrong and how to fix it."""
+
+
+def check_at_least(name: str, value: float | None, least: float, meaning: str = "") -> None:
+    """The one wording of a count or weight below its meaningful range, for every part and root key:
+    "batch_size must be >= 1 (samples decoded in lockstep), got 0". None (a knob left null) passes."""
+    if value is not None and value < least:
+        note = f" ({meaning})" if meaning else ""
+        raise UserError(f"{name} must be >= {least}{note}, got {value}")
+
+
+def check_choice(name: str, value: str, choices: Iterable[str]) -> None:
+    """The one wording of a value outside its named choices: "reading 'x' is unknown; choose one of: a, b"."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise UserError(f"{name} '{value}' is unknown; choose one of: {', '.join(choices)}")
 
 
 class NonFiniteLogits(UserError):

@@ -124,6 +124,10 @@ class Samples:
     def total(self, name: str) -> Any:
         return sum(r[name] for r in self.rows)
 
+    def present(self, name: str) -> list[Any]:
+        """The values of the rows that hold one (a latency is None inside a batch)."""
+        return [r[name] for r in self.rows if r.get(name) is not None]
+
     def pooled(self, name: str) -> list[int]:
         """A histogram summed entry by entry over the rows (as wide as the widest)."""
         width = max(len(r[name]) for r in self.rows)
@@ -187,15 +191,21 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
-@dataclass(frozen=True)
-class Moment:
-    """Σ_m m × histogram[m] of a sample (of the `decided` histogram: the tokens all its iterations decided)."""
+class _OfOneField:
+    """A pooling rule that reads one per-sample field, `of`."""
 
-    of: Histogram
+    of: Field
 
     @property
     def reads(self) -> tuple[Field, ...]:
         return (self.of,)
+
+
+@dataclass(frozen=True)
+class Moment(_OfOneField):
+    """Σ_m m × histogram[m] of a sample (of the `decided` histogram: the tokens all its iterations decided)."""
+
+    of: Histogram
 
     def of_row(self, row: dict) -> int:
         return sum(m * c for m, c in enumerate(row[self.of.name]))
@@ -223,14 +233,10 @@ class SampleCount:
 
 
 @dataclass(frozen=True)
-class Total:
+class Total(_OfOneField):
     """A counter summed over the samples."""
 
     of: Count
-
-    @property
-    def reads(self) -> tuple[Field, ...]:
-        return (self.of,)
 
     def over(self, samples: Samples) -> int:
         return int(samples.total(self.of.name))
@@ -258,7 +264,7 @@ class Ratio:
 
 
 @dataclass(frozen=True)
-class Mean:
+class Mean(_OfOneField):
     """The mean over the samples; with `present_only`, over the samples that hold a value (None when
     none does)."""
 
@@ -266,43 +272,31 @@ class Mean:
     present_only: bool = False
     absent: int | None = None  # the value of a row without the field (a counter an older sjdbench never had)
 
-    @property
-    def reads(self) -> tuple[Field, ...]:
-        return (self.of,)
-
     def over(self, samples: Samples) -> float | None:
         if self.absent is not None:
             return sum(r.get(self.of.name, self.absent) for r in samples.rows) / len(samples.rows)
         if not self.present_only:
             return samples.total(self.of.name) / len(samples.rows)
-        values = [r[self.of.name] for r in samples.rows if r.get(self.of.name) is not None]
+        values = samples.present(self.of.name)
         return statistics.fmean(values) if values else None
 
 
 @dataclass(frozen=True)
-class Median:
+class Median(_OfOneField):
     """The median over the samples that hold a value (None when none does)."""
 
     of: Fact
 
-    @property
-    def reads(self) -> tuple[Field, ...]:
-        return (self.of,)
-
     def over(self, samples: Samples) -> float | None:
-        values = [r[self.of.name] for r in samples.rows if r.get(self.of.name) is not None]
+        values = samples.present(self.of.name)
         return statistics.median(values) if values else None
 
 
 @dataclass(frozen=True)
-class PooledHistogram:
+class PooledHistogram(_OfOneField):
     """A histogram summed entry by entry over the samples."""
 
     of: Histogram
-
-    @property
-    def reads(self) -> tuple[Field, ...]:
-        return (self.of,)
 
     def over(self, samples: Samples) -> list[int]:
         return samples.pooled(self.of.name)

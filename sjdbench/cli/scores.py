@@ -44,13 +44,10 @@ def _fd_vs_floor(doc: dict) -> str:
     return f"{other:.3g}" + (f" ({floor['value']:.3g})" if floor else "")
 
 
-def outcome_table(outcomes) -> Table:
-    caption = (
-        "value [bootstrap 95 % CI over prompts]; Δ vs AR: paired difference with the AR run; floor: the same "
-        "comparison between two AR runs that differ only in their seeds (set metrics: their distance)"
-    )
-    table = Table(
-        title="scores",
+def _score_table(title: str, caption: str) -> Table:
+    """The compact style of the score tables: a title and caption flush left, one space between columns."""
+    return Table(
+        title=title,
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -59,6 +56,14 @@ def outcome_table(outcomes) -> Table:
         caption=Text(caption),
         caption_justify="left",
     )
+
+
+def outcome_table(outcomes) -> Table:
+    caption = (
+        "value [bootstrap 95 % CI over prompts]; Δ vs AR: paired difference with the AR run; floor: the same "
+        "comparison between two AR runs that differ only in their seeds (set metrics: their distance)"
+    )
+    table = _score_table("scores", caption)
     for header in ("decoder", "evaluator", "N", "value [CI]", "Δ vs AR [CI]", "floor"):
         table.add_column(
             header,
@@ -182,16 +187,7 @@ def quality_table(
     toy = any(n in COLUMNS for n in evaluators)
     sizes = sorted({str(summary.get("n_samples")) for summary, _, _, _ in rows})
     caption = (TOY_CAPTION + "; " if toy else "") + SPEED_CAPTION + ("; " + EQUIVALENCE_CAPTION if margin_of else "")
-    table = Table(
-        title=f"quality beside speed (N = {', '.join(sizes)} per run)",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=(0, 1),
-        collapse_padding=True,
-        caption=Text(caption),
-        caption_justify="left",
-    )
+    table = _score_table(f"quality beside speed (N = {', '.join(sizes)} per run)", caption)
     headers = ["decoder", "step x", "vs AR [95% CI]", "N"]
     for name in evaluators:
         value_header, _, compare_header, _ = _columns(name)

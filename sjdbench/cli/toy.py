@@ -14,6 +14,18 @@ from sjdbench.errors import UserError
 
 OUT_FIX = "give --out a folder that can be created and written (--out DIR)"
 
+# the options every training command takes, spelled once
+OVERWRITE = typer.Option(
+    False, "--overwrite", help="allow --out to be the package's toy weights dir (replaces the shipped files it trains)"
+)
+STEPS = typer.Option(None, "--steps", help="optimizer steps (default: the shipped training's count)")
+MINUTES = typer.Option(
+    None, "--minutes", help="time budget instead of --steps (steps fixed after timing the first ones)"
+)
+SEED = typer.Option(0, "--seed")
+THREADS = typer.Option(2, "--threads")
+DEVICE = typer.Option("auto", "--device", help="auto (cuda when visible), cpu, cuda")
+
 
 def check_options(out: Optional[Path] = None, **counts: tuple[float | None, float, str]) -> None:
     """The toy commands' options before anything starts (a training takes minutes to fail otherwise):
@@ -31,38 +43,43 @@ def check_options(out: Optional[Path] = None, **counts: tuple[float | None, floa
             fail(str(error))
 
 
-def train(
-    out: Optional[Path] = typer.Option(
-        None, "--out", help="output dir (default: ./toy_weights; then run with model.options.weights_dir=DIR)"
-    ),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="allow --out to be the shipped weights dir (replaces them)"
-    ),
-    steps: Optional[int] = typer.Option(None, "--steps", help="optimizer steps (default: the shipped run's count)"),
-    minutes: Optional[float] = typer.Option(
-        None, "--minutes", help="time budget instead of --steps (steps fixed after timing the first ones)"
-    ),
-    seed: int = typer.Option(0, "--seed"),
-    threads: int = typer.Option(2, "--threads"),
-    resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from the checkpoint if one exists"),
-    row_end_token: bool = typer.Option(True, "--row-end-token/--no-row-end-token", help="forced <eol> after each row"),
-    precision: str = typer.Option(
-        "bf16", "--precision", help="bf16 (autocast matmuls; 1.5x faster on CPUs with AMX) or fp32"
-    ),
-    device: str = typer.Option("auto", "--device", help="auto (cuda when visible), cpu, cuda"),
-) -> None:
-    """Train the toy transformer (tokenizer fit, dataset encoding, training, export): about 40 minutes
-    on 2 CPU cores. Never replaces the shipped weights unless --out points at them with --overwrite."""
-    from sjdbench.toyworld.train import SHIPPED_STEPS, train_toy
-
-    if steps is not None and minutes is not None:
-        fail("give either --steps or --minutes, not both")
+def check_training(out: Optional[Path], steps: Optional[int], minutes: Optional[float], threads: int) -> None:
+    """A training's budget and threads (`check_options`)."""
     check_options(
         out,
         steps=(steps, 1, "optimizer steps"),
         minutes=(minutes, 0.1, "the time budget"),
         threads=(threads, 1, "CPU threads"),
     )
+
+
+def one_budget(steps: Optional[int], minutes: Optional[float]) -> None:
+    if steps is not None and minutes is not None:
+        fail("give either --steps or --minutes, not both")
+
+
+def train(
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="output dir (default: ./toy_weights; then run with model.options.weights_dir=DIR)"
+    ),
+    overwrite: bool = OVERWRITE,
+    steps: Optional[int] = STEPS,
+    minutes: Optional[float] = MINUTES,
+    seed: int = SEED,
+    threads: int = THREADS,
+    resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from the checkpoint if one exists"),
+    row_end_token: bool = typer.Option(True, "--row-end-token/--no-row-end-token", help="forced <eol> after each row"),
+    precision: str = typer.Option(
+        "bf16", "--precision", help="bf16 (autocast matmuls; 1.5x faster on CPUs with AMX) or fp32"
+    ),
+    device: str = DEVICE,
+) -> None:
+    """Train the toy transformer (tokenizer fit, dataset encoding, training, export): about 40 minutes
+    on 2 CPU cores. Never replaces the shipped weights unless --out points at them with --overwrite."""
+    from sjdbench.toyworld.train import SHIPPED_STEPS, train_toy
+
+    one_budget(steps, minutes)
+    check_training(out, steps, minutes, threads)
     if steps is None and minutes is None:
         steps = SHIPPED_STEPS
     try:
@@ -85,14 +102,12 @@ def train(
 
 def train_clip(
     out: Optional[Path] = typer.Option(None, "--out", help="output dir (default: ./toy_weights)"),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="allow --out to be the shipped weights dir (replaces the toy CLIP)"
-    ),
+    overwrite: bool = OVERWRITE,
     minutes: float = typer.Option(6.0, "--minutes", help="time budget"),
     steps: Optional[int] = typer.Option(None, "--steps", help="fixed step count instead of the time budget"),
-    seed: int = typer.Option(0, "--seed"),
-    threads: int = typer.Option(2, "--threads"),
-    device: str = typer.Option("auto", "--device", help="auto (cuda when visible), cpu, cuda"),
+    seed: int = SEED,
+    threads: int = THREADS,
+    device: str = DEVICE,
 ) -> None:
     """Train the toy CLIP (contrastive, on fresh renders)."""
     from sjdbench.models.toy.model import WEIGHTS_DIR
@@ -101,12 +116,7 @@ def train_clip(
     from sjdbench.toyworld.train import DEFAULT_OUT, publish
 
     out = out or DEFAULT_OUT
-    check_options(
-        out,
-        steps=(steps, 1, "optimizer steps"),
-        minutes=(minutes, 0.1, "the time budget"),
-        threads=(threads, 1, "CPU threads"),
-    )
+    check_training(out, steps, minutes, threads)
     if out.resolve() == WEIGHTS_DIR.resolve() and not overwrite:
         fail(
             f"{out} holds the shipped toy CLIP; train into another folder (--out DIR), "
@@ -181,21 +191,17 @@ def train_drafter(
     out: Optional[Path] = typer.Option(
         None, "--out", help="output dir (default: ./<model>_drafter; the shipped toy drafter only with --overwrite)"
     ),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="allow --out to be the package's toy weights dir (replaces the shipped drafter)"
-    ),
-    steps: Optional[int] = typer.Option(None, "--steps", help="optimizer steps (default: the shipped drafter's)"),
-    minutes: Optional[float] = typer.Option(
-        None, "--minutes", help="training time budget instead of --steps (steps fixed after timing the first ones)"
-    ),
+    overwrite: bool = OVERWRITE,
+    steps: Optional[int] = STEPS,
+    minutes: Optional[float] = MINUTES,
     samples: Optional[int] = typer.Option(None, "--samples", help="self-distilled training samples"),
     prompts_file: Optional[Path] = typer.Option(
         None, "--prompts", help="captions to sample, one per line (default: toy-world captions)"
     ),
-    seed: int = typer.Option(0, "--seed"),
-    threads: int = typer.Option(2, "--threads"),
+    seed: int = SEED,
+    threads: int = THREADS,
     resume: bool = typer.Option(True, "--resume/--no-resume", help="continue from the data and checkpoint if present"),
-    device: str = typer.Option("auto", "--device", help="auto (cuda when visible), cpu, cuda"),
+    device: str = DEVICE,
 ) -> None:
     """Train an EAGLE-style drafter on the model's own samples (self-distilled data, then training):
     the toy's in about 20 minutes on 2 CPU cores. Any model that returns its hidden states works
@@ -203,8 +209,7 @@ def train_drafter(
     unless --out points at them with --overwrite."""
     from sjdbench.run.drafter_training import train_for_model
 
-    if steps is not None and minutes is not None:
-        fail("give either --steps or --minutes, not both")
+    one_budget(steps, minutes)
     try:
         train_for_model(
             overrides or [],

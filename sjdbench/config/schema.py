@@ -29,7 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sjdbench.decoder_identity import DRAFTER_PROPOSAL, DRAFTER_TOPOLOGIES, PART_KINDS, needs_drafter
 from sjdbench.decoding.settings import DecodeSettings
-from sjdbench.errors import UserError, type_error_text
+from sjdbench.errors import UserError, check_at_least, type_error_text
 from sjdbench.models.options import TOP_LEVEL, fold_top_level
 from sjdbench.paths import conf_dir, config_dirs
 from sjdbench.results.root import check_results_dir
@@ -394,14 +394,11 @@ def check_sampling(values: dict[str, Any], where: str, image_tokens: int | None 
             raise UserError(f"{where}{key} must be a finite number, got {value}")
     temperature, top_p = values.get("temperature"), values.get("top_p")
     cfg_scale, top_k = values.get("cfg_scale"), values.get("top_k")
-    if temperature is not None and temperature < 0:
-        raise UserError(f"{where}temperature must be >= 0 (0 = greedy), got {temperature}")
+    check_at_least(f"{where}temperature", temperature, 0, "0 = greedy")
     if top_p is not None and not 0 < top_p <= 1:
         raise UserError(f"{where}top_p must be in (0, 1] (1 = off), got {top_p}")
-    if cfg_scale is not None and cfg_scale < 0:
-        raise UserError(f"{where}cfg_scale must be >= 0 (1 = no guidance), got {cfg_scale}")
-    if top_k is not None and top_k < 0:
-        raise UserError(f"{where}top_k must be >= 0 (0 = off), got {top_k}")
+    check_at_least(f"{where}cfg_scale", cfg_scale, 0, "1 = no guidance")
+    check_at_least(f"{where}top_k", top_k, 0, "0 = off")
     if top_k is not None and image_tokens is not None and top_k > image_tokens:
         raise UserError(
             f"{where}top_k={top_k} exceeds the model's {image_tokens} image tokens; "
@@ -441,20 +438,15 @@ def check_config(config: RunConfig) -> ResolvedDecoder:
     run it need not resolve it again."""
     decoder = decoder_spec(config)
     check_decoder(decoder)
-    if config.samples_per_prompt < 1:
-        raise UserError(f"samples_per_prompt must be >= 1, got {config.samples_per_prompt}")
-    if config.batch_size < 1:
-        raise UserError(f"batch_size must be >= 1 (samples decoded in lockstep), got {config.batch_size}")
-    if config.warmup < 0:
-        raise UserError(f"warmup must be >= 0 (untimed decodes before the first timed one), got {config.warmup}")
-    if config.threads is not None and config.threads < 1:
-        raise UserError(f"threads must be >= 1 (or null for the measured default), got {config.threads}")
+    check_at_least("samples_per_prompt", config.samples_per_prompt, 1)
+    check_at_least("batch_size", config.batch_size, 1, "samples decoded in lockstep")
+    check_at_least("warmup", config.warmup, 0, "untimed decodes before the first timed one")
+    check_at_least("threads", config.threads, 1, "or null for the measured default")
     check_results_dir(config.results_dir)
     check_sampling(dataclasses.asdict(config.sampling), "sampling.")
     check_sampling(model_sampling_options(config), "model.options.")
     data = config.data
-    if data.limit is not None and data.limit < 1:
-        raise UserError(f"data.limit must be >= 1 (or null for all prompts), got {data.limit}")
+    check_at_least("data.limit", data.limit, 1, "or null for all prompts")
     if data.shard is not None and not re.fullmatch(r"\d+/\d+", data.shard):
         raise UserError(f"data.shard must look like i/n (e.g. 0/4), got '{data.shard}'")
     if data.shard is not None:

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from sjdbench.errors import UserError
+from sjdbench.errors import UserError, check_at_least
 
 GROWTH_READINGS = ("increases", "observations")
 
@@ -29,16 +29,13 @@ class DecodeSettings:
     trace_positions: int = 8  # positions whose probability trajectories are recorded (not part of the run id)
 
     def __post_init__(self) -> None:
-        if self.window < 1:
-            raise UserError(f"decoder.window must be >= 1, got {self.window}")
-        if self.growth_steps < 1:
-            raise UserError(f"decoder.growth_steps must be >= 1, got {self.growth_steps}")
+        check_at_least("decoder.window", self.window, 1)
+        check_at_least("decoder.growth_steps", self.growth_steps, 1)
         if self.growth_reading not in GROWTH_READINGS:
             raise UserError(
                 f"unknown decoder.growth_reading '{self.growth_reading}'; choose one of: {', '.join(GROWTH_READINGS)}"
             )
-        if self.trace_positions < 0:
-            raise UserError(f"decoder.trace_positions must be >= 0, got {self.trace_positions}")
+        check_at_least("decoder.trace_positions", self.trace_positions, 0)
 
     @property
     def growth_observations(self) -> int:

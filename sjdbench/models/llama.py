@@ -84,12 +84,20 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return rotated.type_as(x)
 
 
-class Attention(nn.Module):
-    def __init__(self, cfg: LlamaConfig) -> None:
+class FusedQKV(nn.Module):
+    """Attention weights stored as one fused q/k/v projection `wqkv` (D -> 3D) and the output `wo`,
+    as ours and LlamaGen's GPT name them; each attention applies its own rotary embedding."""
+
+    def __init__(self, dim: int) -> None:
         super().__init__()
+        self.wqkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+
+
+class Attention(FusedQKV):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__(cfg.dim)
         self.cfg = cfg
-        self.wqkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
-        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
 
     def forward(
         self,

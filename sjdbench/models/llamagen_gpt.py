@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sjdbench.models.cache import KVShape, WindowCache
-from sjdbench.models.llama import RMSNorm
+from sjdbench.models.llama import FusedQKV, RMSNorm
 
 
 @dataclass
@@ -106,12 +106,10 @@ class CaptionEmbedder(nn.Module):
         self.register_buffer("uncond_embedding", torch.zeros(cfg.cls_token_num, cfg.caption_dim))
 
 
-class Attention(nn.Module):
+class Attention(FusedQKV):
     def __init__(self, cfg: GPTConfig) -> None:
-        super().__init__()
+        super().__init__(cfg.dim)
         self.cfg = cfg
-        self.wqkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
-        self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
 
     def forward(
         self, x: torch.Tensor, table: torch.Tensor, mask: torch.Tensor, cache: WindowCache, layer: int

@@ -23,10 +23,13 @@ from sjdbench.models.vq_blocks import (
     Downsample,
     ResnetBlock,
     Upsample,
+    VQModel,
+    fill_level,
     group_norm,
     load_exact,
     read_checkpoint,
     swish,
+    through_level,
 )
 
 
@@ -87,11 +90,8 @@ class Encoder(nn.Module):
         self.conv_blocks = nn.ModuleList()
         for i in range(levels):
             level, channels = _Level(), cfg.ch * in_mult[i]
-            for _ in range(cfg.num_res_blocks):
-                level.res.append(ResnetBlock(channels, cfg.ch * cfg.ch_mult[i]))
-                channels = cfg.ch * cfg.ch_mult[i]
-                if i == levels - 1:
-                    level.attn.append(AttnBlock(channels))
+            out, attention = cfg.ch * cfg.ch_mult[i], i == levels - 1  # attention at the coarsest level only
+            channels = fill_level(level.res, level.attn, channels, out, cfg.num_res_blocks, attention)
             if i != levels - 1:
                 level.downsample = Downsample(channels)
             self.conv_blocks.append(level)
@@ -102,10 +102,7 @@ class Encoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.conv_in(x)
         for i, level in enumerate(cast(Iterable[_Level], self.conv_blocks)):
-            for j, block in enumerate(level.res):
-                h = block(h)
-                if len(level.attn):
-                    h = level.attn[j](h)
+            h = through_level(h, level.res, level.attn)
             if i != len(self.conv_blocks) - 1:
                 h = level.downsample(h)
         for block in self.mid:
@@ -123,11 +120,8 @@ class Decoder(nn.Module):
         self.conv_blocks = nn.ModuleList()
         for i in reversed(range(levels)):  # coarsest level first
             level = _Level()
-            for _ in range(cfg.num_res_blocks + 1):
-                level.res.append(ResnetBlock(channels, cfg.ch * cfg.ch_mult[i]))
-                channels = cfg.ch * cfg.ch_mult[i]
-                if i == levels - 1:
-                    level.attn.append(AttnBlock(channels))
+            out, attention = cfg.ch * cfg.ch_mult[i], i == levels - 1  # attention at the coarsest level only
+            channels = fill_level(level.res, level.attn, channels, out, cfg.num_res_blocks + 1, attention)
             if i != 0:
                 level.upsample = Upsample(channels)
             self.conv_blocks.append(level)
@@ -139,10 +133,7 @@ class Decoder(nn.Module):
         for block in self.mid:
             h = block(h)
         for i, level in enumerate(cast(Iterable[_Level], self.conv_blocks)):
-            for j, block in enumerate(level.res):
-                h = block(h)
-                if len(level.attn):
-                    h = level.attn[j](h)
+            h = through_level(h, level.res, level.attn)
             if i != len(self.conv_blocks) - 1:
                 h = level.upsample(h)
         return self.conv_out(swish(self.norm_out(h)))
@@ -158,21 +149,15 @@ class Quantizer(nn.Module):
         return F.normalize(self.embedding.weight, p=2, dim=-1)  # (K, D)
 
 
-class VQ16(nn.Module):
-    def __init__(self, cfg: VQ16Config) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.encoder = Encoder(cfg)
-        self.decoder = Decoder(cfg)
-        self.quantize = Quantizer(cfg)
-        self.quant_conv = nn.Conv2d(cfg.z_channels, cfg.codebook_embed_dim, 1)
-        self.post_quant_conv = nn.Conv2d(cfg.codebook_embed_dim, cfg.z_channels, 1)
+class VQ16(VQModel):
+    quantize: Quantizer
 
-    @torch.inference_mode()
-    def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes (B, h, w) -> images (B, 3, 16h, 16w) in about [-1, 1]."""
-        z = self.quantize.normalised()[codes].permute(0, 3, 1, 2)  # (B, D, h, w)
-        return self.decoder(self.post_quant_conv(z))
+    def __init__(self, cfg: VQ16Config) -> None:
+        super().__init__(Encoder(cfg), Decoder(cfg), Quantizer(cfg), cfg.z_channels, cfg.codebook_embed_dim)
+        self.cfg = cfg
+
+    def code_vectors(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.quantize.normalised()[codes]  # the L2-normalised codebook, as LlamaGen's decode_code
 
     @classmethod
     def load(cls, checkpoint: Path) -> VQ16:

@@ -85,6 +85,56 @@ class Downsample(nn.Module):
         return self.conv(F.pad(x, (0, 1, 0, 1)))
 
 
+def fill_level(
+    blocks: nn.ModuleList, attn: nn.ModuleList, channels: int, out_channels: int, count: int, attention: bool
+) -> int:
+    """Build one resolution level: `count` resnet blocks (the first from `channels`, all to
+    `out_channels`), each followed by an attention block where the level has attention. Returns the
+    level's output channels."""
+    for _ in range(count):
+        blocks.append(ResnetBlock(channels, out_channels))
+        channels = out_channels
+        if attention:
+            attn.append(AttnBlock(channels))
+    return channels
+
+
+def through_level(h: torch.Tensor, blocks: nn.ModuleList, attn: nn.ModuleList) -> torch.Tensor:
+    """One resolution level: its resnet blocks, each followed by its attention block where the level
+    has them (its resampler is the caller's: the two releases name it differently)."""
+    for j, block in enumerate(blocks):
+        h = block(h)
+        if len(attn):
+            h = attn[j](h)
+    return h
+
+
+class VQModel(nn.Module):
+    """The wrapping both releases share: an encoder, a quantizer, a decoder, and the 1x1 convolutions
+    between the latents (z_channels) and the code vectors (code_dim). A model says how it looks a
+    code's vector up (`code_vectors`)."""
+
+    def __init__(
+        self, encoder: nn.Module, decoder: nn.Module, quantize: nn.Module, z_channels: int, code_dim: int
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.quantize = quantize
+        self.quant_conv = nn.Conv2d(z_channels, code_dim, 1)
+        self.post_quant_conv = nn.Conv2d(code_dim, z_channels, 1)
+
+    def code_vectors(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes (B, h, w) long -> their vectors (B, h, w, code_dim)."""
+        raise NotImplementedError
+
+    @torch.inference_mode()
+    def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """codes (B, h, w) -> images (B, 3, 16h, 16w) in about [-1, 1]."""
+        z = self.code_vectors(codes).permute(0, 3, 1, 2)  # (B, D, h, w)
+        return self.decoder(self.post_quant_conv(z))
+
+
 def load_exact(
     module: nn.Module, state: dict[str, torch.Tensor], source: str, ignore: tuple[str, ...] = ()
 ) -> list[str]:

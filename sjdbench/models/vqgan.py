@@ -22,10 +22,13 @@ from sjdbench.models.vq_blocks import (
     Downsample,
     ResnetBlock,
     Upsample,
+    VQModel,
+    fill_level,
     group_norm,
     load_exact,
     read_checkpoint,
     swish,
+    through_level,
 )
 
 
@@ -102,11 +105,8 @@ class Encoder(nn.Module):
         self.down = nn.ModuleList()
         for i, mult in enumerate(cfg.ch_mult):
             level, channels = _Level(), cfg.ch * in_mult[i]
-            for _ in range(cfg.num_res_blocks):
-                level.block.append(ResnetBlock(channels, cfg.ch * mult))
-                channels = cfg.ch * mult
-                if res in cfg.attn_resolutions:
-                    level.attn.append(AttnBlock(channels))
+            attention = res in cfg.attn_resolutions
+            channels = fill_level(level.block, level.attn, channels, cfg.ch * mult, cfg.num_res_blocks, attention)
             if i != len(cfg.ch_mult) - 1:
                 level.downsample = Downsample(channels)
                 res //= 2
@@ -118,10 +118,7 @@ class Encoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.conv_in(x)
         for i, level in enumerate(cast(Iterable[_Level], self.down)):
-            for j, block in enumerate(level.block):
-                h = block(h)
-                if len(level.attn):
-                    h = level.attn[j](h)
+            h = through_level(h, level.block, level.attn)
             if i != len(self.down) - 1:
                 h = level.downsample(h)
         return self.conv_out(swish(self.norm_out(self.mid(h))))
@@ -138,11 +135,8 @@ class Decoder(nn.Module):
         up: list[_Level] = []
         for i in reversed(range(levels)):  # built from the coarsest level; stored finest-first
             level = _Level()
-            for _ in range(cfg.num_res_blocks + 1):
-                level.block.append(ResnetBlock(channels, cfg.ch * cfg.ch_mult[i]))
-                channels = cfg.ch * cfg.ch_mult[i]
-                if res in cfg.attn_resolutions:
-                    level.attn.append(AttnBlock(channels))
+            out, attention = cfg.ch * cfg.ch_mult[i], res in cfg.attn_resolutions
+            channels = fill_level(level.block, level.attn, channels, out, cfg.num_res_blocks + 1, attention)
             if i != 0:
                 level.upsample = Upsample(channels)
                 res *= 2
@@ -155,10 +149,7 @@ class Decoder(nn.Module):
         h = self.mid(self.conv_in(z))
         for i in reversed(range(len(self.up))):
             level = cast(_Level, self.up[i])
-            for j, block in enumerate(level.block):
-                h = block(h)
-                if len(level.attn):
-                    h = level.attn[j](h)
+            h = through_level(h, level.block, level.attn)
             if i != 0:
                 h = level.upsample(h)
         return self.conv_out(swish(self.norm_out(h)))
@@ -170,22 +161,15 @@ class Quantizer(nn.Module):
         self.embedding = nn.Embedding(cfg.n_embed, cfg.embed_dim)
 
 
-class ChameleonVQGAN(nn.Module):
-    def __init__(self, cfg: VQGANConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-        self.encoder = Encoder(cfg)
-        self.decoder = Decoder(cfg)
-        self.quantize = Quantizer(cfg)
-        self.quant_conv = nn.Conv2d(cfg.z_channels, cfg.embed_dim, 1)
-        self.post_quant_conv = nn.Conv2d(cfg.embed_dim, cfg.z_channels, 1)
+class ChameleonVQGAN(VQModel):
+    quantize: Quantizer
 
-    @torch.inference_mode()
-    def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes (B, h, w) long -> images (B, 3, 16h, 16w) in about [-1, 1] (no normalisation of the
-        codebook: Chameleon looks its vectors up as stored)."""
-        z = self.quantize.embedding(codes).permute(0, 3, 1, 2)  # (B, D, h, w)
-        return self.decoder(self.post_quant_conv(z))
+    def __init__(self, cfg: VQGANConfig) -> None:
+        super().__init__(Encoder(cfg), Decoder(cfg), Quantizer(cfg), cfg.z_channels, cfg.embed_dim)
+        self.cfg = cfg
+
+    def code_vectors(self, codes: torch.Tensor) -> torch.Tensor:
+        return self.quantize.embedding(codes)  # no normalisation: Chameleon looks its vectors up as stored
 
     @classmethod
     def load(cls, checkpoint: Path, config: Path | None = None) -> ChameleonVQGAN:

@@ -22,7 +22,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import yaml
 
@@ -101,35 +101,48 @@ def _typed(doc: dict, types: dict[str, tuple[type, ...]]) -> str | None:
     return None
 
 
-def read_json(path: Path, types: dict[str, tuple[type, ...]] | None = None) -> Read:
-    """A JSON object file (summary.json, env.json, store.json, a score file)."""
+def _json_damage(error: json.JSONDecodeError) -> str:
+    return f"is not JSON (truncated or damaged: {error.msg} at line {error.lineno})"
+
+
+def _yaml_damage(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}" if mark is not None else ""
+    return f"is not YAML (truncated or damaged{where})"
+
+
+# how each format parses, what its parser raises on damage and how that reads, what its mapping is called
+_FORMATS: dict[str, tuple[Callable[[str], Any], type[Exception], Callable[[Any], str], str]] = {
+    "JSON": (json.loads, json.JSONDecodeError, _json_damage, "an object"),
+    "YAML": (yaml.safe_load, yaml.YAMLError, _yaml_damage, "a mapping"),
+}
+
+
+def _read_mapping(path: Path, form: str) -> Read:
+    """A file of one of `_FORMATS` that must hold a mapping: the mapping, or the phrase for its damage."""
+    parse, damaged, damage, mapping = _FORMATS[form]
     text, problem = _text(Path(path))
     if text is None:
         return Read(None, problem)
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as error:
-        return Read(None, f"is not JSON (truncated or damaged: {error.msg} at line {error.lineno})")
+        doc = parse(text)
+    except damaged as error:
+        return Read(None, damage(error))
     if not isinstance(doc, dict):
-        return Read(None, f"holds a JSON {type(doc).__name__}, not an object")
-    problem = _typed(doc, types or {})
-    return Read(None, problem) if problem else Read(doc)
+        return Read(None, f"holds a {form} {type(doc).__name__}, not {mapping}")
+    return Read(doc)
+
+
+def read_json(path: Path, types: dict[str, tuple[type, ...]] | None = None) -> Read:
+    """A JSON object file (summary.json, env.json, store.json, a score file)."""
+    read = _read_mapping(path, "JSON")
+    problem = None if read.doc is None else _typed(read.doc, types or {})
+    return Read(None, problem) if problem else read
 
 
 def read_yaml(path: Path) -> Read:
     """A YAML mapping file (config.yaml, sweep.yaml)."""
-    text, problem = _text(Path(path))
-    if text is None:
-        return Read(None, problem)
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        return Read(None, f"is not YAML (truncated or damaged{where})")
-    if not isinstance(doc, dict):
-        return Read(None, f"holds a YAML {type(doc).__name__}, not a mapping")
-    return Read(doc)
+    return _read_mapping(path, "YAML")
 
 
 def config_problem(doc: dict) -> str | None:

@@ -92,17 +92,22 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def _write_synced(path: Path, flags: int, data: bytes) -> None:
+    """Open `path` for writing with `flags`, write all of `data` and fsync it before closing."""
+    fd = os.open(path, os.O_WRONLY | flags, 0o644)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with _writing(path):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                _write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _write_synced(tmp, os.O_CREAT | os.O_TRUNC, data)
             os.replace(tmp, path)
         except OSError:
             with contextlib.suppress(OSError):
@@ -122,12 +127,7 @@ def append_jsonl(path: Path, row: dict) -> None:
     """One row = one line, written with O_APPEND and fsync'd before the call returns."""
     line = (json.dumps(row, separators=(",", ":")) + "\n").encode("utf-8")
     with _writing(path):
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            _write_all(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_synced(path, os.O_APPEND | os.O_CREAT, line)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -459,12 +459,7 @@ class RunStore:
         moved = [line for n, line in enumerate(lines, 1) if n in bad]
         aside = path.with_name(path.name + ".damaged")
         with _writing(aside):
-            fd = os.open(aside, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                _write_all(fd, b"".join(line + b"\n" for line in moved))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _write_synced(aside, os.O_APPEND | os.O_CREAT, b"".join(line + b"\n" for line in moved))
         atomic_write_bytes(path, b"".join(line + b"\n" for line in kept))
         return [
             f"run {self.run_id}: {describe_bad_lines(path.name, read.bad)}; set aside in {aside.name} "

@@ -108,33 +108,11 @@ def generate(
     seed: int,
     batch: int = 32,
     log: Callable[[str], None] = print,
-) -> list[Sequence]:
-    """Self-distilled sequences for `prompts` (one row of each, conditional with probability 0.9),
-    resumable batch by batch in `folder`."""
-    return [pair[0] for pair in _generate(adapter, prompts, folder, seed, batch, log, both_rows=False)]
-
-
-def generate_pairs(
-    adapter: Any,
-    prompts: list[str],
-    folder: Path,
-    seed: int,
-    batch: int = 32,
-    log: Callable[[str], None] = print,
+    both_rows: bool = False,
 ) -> list[list[Sequence]]:
-    """Both rows of each prompt's sample (held-out data: CFG needs the pair)."""
-    return _generate(adapter, prompts, folder, seed, batch, log, both_rows=True)
-
-
-def _generate(
-    adapter: Any,
-    prompts: list[str],
-    folder: Path,
-    seed: int,
-    batch: int,
-    log: Callable[[str], None],
-    both_rows: bool,
-) -> list[list[Sequence]]:
+    """Self-distilled sequences for `prompts`, resumable batch by batch in `folder`: for each prompt,
+    one row of its sample (the conditional one with probability 0.9), or with `both_rows` both rows
+    (held-out data: CFG needs the pair)."""
     require_hidden_states(adapter, "drafter training")
     folder.mkdir(parents=True, exist_ok=True)
     out: list[list[Sequence]] = []

@@ -211,9 +211,10 @@ def train_drafter(
     work_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     batching = f"b{cfg.data_batch}"  # batch files hold data_batch samples each: another size starts afresh
-    train = drafter_data.generate(adapter, prompts, work_dir / f"train_{batching}", cfg.seed, cfg.data_batch, log)
-    val_rows = drafter_data.generate_pairs(
-        adapter, val_prompts, work_dir / f"val_{batching}", cfg.seed + 1, cfg.data_batch, log
+    train_rows = drafter_data.generate(adapter, prompts, work_dir / f"train_{batching}", cfg.seed, cfg.data_batch, log)
+    train = [row for (row,) in train_rows]
+    val_rows = drafter_data.generate(
+        adapter, val_prompts, work_dir / f"val_{batching}", cfg.seed + 1, cfg.data_batch, log, both_rows=True
     )
     data_seconds = time.time() - started
 

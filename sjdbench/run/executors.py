@@ -13,6 +13,7 @@ silently falling back to this machine.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import shutil
 import subprocess
@@ -24,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from sjdbench.config.resolve import ResolvedRun, resolve_run
 from sjdbench.config.schema import compose_run
-from sjdbench.errors import UserError
+from sjdbench.errors import UserError, check_at_least
 from sjdbench.results.store import RunLocked
 from sjdbench.run.plan import GridPoint
 from sjdbench.run.reporting import Reporter
@@ -60,8 +61,7 @@ class Cluster:
             "--array-parallelism": (self.array_parallelism, 1),
         }
         for option, (value, least) in counts.items():
-            if value is not None and value < least:
-                raise UserError(f"{option} must be >= {least}, got {value}")
+            check_at_least(option, value, least)
 
     @property
     def on_slurm(self) -> bool:
@@ -159,6 +159,19 @@ def _failed(job: list[GridPoint], error: BaseException | str, seconds: float = 0
     return [PointResult(point.run_id, "failed", error, seconds) for point in job]
 
 
+def _collect(job: list[GridPoint], outcomes: Callable[[], list[dict]], tick: Tick, timed: bool) -> list[PointResult]:
+    """A remote job's results, waiting for its `outcomes` (timed from here when `timed`); an executor
+    that fails to hand them back fails the job's points. Each result is ticked as it comes."""
+    start = time.perf_counter()
+    try:
+        done = _job_results(job, outcomes(), time.perf_counter() - start if timed else 0.0)
+    except Exception as error:  # noqa: BLE001
+        done = _failed(job, error)
+    for result in done:
+        tick(result)
+    return done
+
+
 # -- local -------------------------------------------------------------------------------------------
 
 
@@ -242,14 +255,7 @@ def run_submitit(jobs: list[list[GridPoint]], tick: Tick, executor: Any, timing:
     submitted = executor.map_array(run_job, [job_words(job) for job in jobs], [timing] * len(jobs))
     results = []
     for job, handle in zip(jobs, submitted):
-        start = time.perf_counter()
-        try:
-            done = _job_results(job, handle.result(), time.perf_counter() - start)
-        except Exception as error:  # noqa: BLE001
-            done = _failed(job, error)
-        for result in done:
-            results.append(result)
-            tick(result)
+        results += _collect(job, handle.result, tick, timed=True)
     return results
 
 
@@ -281,12 +287,5 @@ def run_ray(jobs: list[list[GridPoint]], tick: Tick, gpus_per_task: float, timin
     results = []
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
-        job = pending.pop(ready[0])
-        try:
-            done = _job_results(job, ray.get(ready[0]), 0.0)
-        except Exception as error:  # noqa: BLE001
-            done = _failed(job, error)
-        for result in done:
-            results.append(result)
-            tick(result)
+        results += _collect(pending.pop(ready[0]), functools.partial(ray.get, ready[0]), tick, timed=False)
     return results

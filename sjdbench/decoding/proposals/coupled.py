@@ -46,7 +46,7 @@ import torch
 
 from sjdbench.decoding.parts import PartConfig, Proposal, ProposalContext, WaitingDrafts
 from sjdbench.decoding.processing import residual, sample
-from sjdbench.errors import UserError
+from sjdbench.errors import UserError, check_at_least, check_choice
 
 REFERENCES = ("new_p", "old_q")
 COUPLINGS = ("maximal", "gumbel")
@@ -77,12 +77,9 @@ class CoupledConfig(PartConfig):
     symbols: ClassVar[dict[str, str]] = {"tau": "τ"}
 
     def check(self) -> None:
-        if self.tau is not None and self.tau < 0:
-            raise UserError(f"tau must be >= 0 (or null for the exact coupling), got {self.tau}")
-        if self.reference not in REFERENCES:
-            raise UserError(f"reference '{self.reference}' is unknown; choose one of: {', '.join(REFERENCES)}")
-        if self.coupling not in COUPLINGS:
-            raise UserError(f"coupling '{self.coupling}' is unknown; choose one of: {', '.join(COUPLINGS)}")
+        check_at_least("tau", self.tau, 0, "or null for the exact coupling")
+        check_choice("reference", self.reference, REFERENCES)
+        check_choice("coupling", self.coupling, COUPLINGS)
         if self.coupling == "gumbel" and (self.tau is not None or self.reference != "new_p"):
             raise UserError("coupling=gumbel keeps no old draft to test: drop tau and reference (use the defaults)")
 

@@ -33,12 +33,10 @@ class ReuseConfig(PartConfig):
 
 
 class ReuseProposal(Proposal[ReuseConfig]):
-    Config = ReuseConfig
+    """Lossy (every part's default): a reused draft keeps a reference it was not drawn from under the
+    new context."""
 
-    @classmethod
-    def lossless(cls, config: ReuseConfig, **children: bool) -> bool:
-        """A reused draft keeps a reference it was not drawn from under the new context: lossy."""
-        return False
+    Config = ReuseConfig
 
     def propose(
         self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext

@@ -23,7 +23,7 @@ import torch
 
 from sjdbench.decoding.history import ProbabilityHistory
 from sjdbench.decoding.parts import PartConfig, Proposal, ProposalContext, WaitingDrafts
-from sjdbench.errors import UserError
+from sjdbench.errors import UserError, check_at_least, check_choice
 
 EPS = 1e-12
 FUSIONS = ("fused", "prior", "none")
@@ -50,18 +50,13 @@ class VPConfig(PartConfig):
     subparts: ClassVar[dict[str, str]] = {"inner": "proposal"}
 
     def check(self) -> None:
-        if self.fusion not in FUSIONS:
-            raise UserError(f"fusion '{self.fusion}' is unknown; choose one of: {', '.join(FUSIONS)}")
-        if self.reference not in REFERENCES:
-            raise UserError(f"reference '{self.reference}' is unknown; choose one of: {', '.join(REFERENCES)}")
+        check_choice("fusion", self.fusion, FUSIONS)
+        check_choice("reference", self.reference, REFERENCES)
         if not 0 < self.gamma <= 1:
             raise UserError(f"gamma must be in (0, 1], got {self.gamma}")
-        if self.history < 1:
-            raise UserError(f"history must be >= 1, got {self.history}")
-        if self.lam < 0:
-            raise UserError(f"lam must be >= 0, got {self.lam}")
-        if self.fusion_top_k < 0:
-            raise UserError(f"fusion_top_k must be >= 0 (0 = whole support), got {self.fusion_top_k}")
+        check_at_least("history", self.history, 1)
+        check_at_least("lam", self.lam, 0)
+        check_at_least("fusion_top_k", self.fusion_top_k, 0, "0 = whole support")
 
     def unused(self) -> set[str]:
         if self.fusion == "none":  # p' = p: nothing of the fusion is read, and q = p either way

@@ -37,7 +37,7 @@ import torch
 
 from sjdbench.decoding.parts import PartConfig, Verifier
 from sjdbench.decoding.processing import residual
-from sjdbench.errors import UserError
+from sjdbench.errors import UserError, check_at_least, check_choice
 
 PAPER_D_THR = 0.5  # So et al.'s value on Lumina-mGPT's token embeddings (also the released code's)
 READINGS = ("official", "ours")
@@ -56,10 +56,8 @@ class GSDConfig(PartConfig):
     symbols: ClassVar[dict[str, str]] = {"group_size": "G"}
 
     def check(self) -> None:
-        if self.reading not in READINGS:
-            raise UserError(f"reading '{self.reading}' is unknown; choose one of: {', '.join(READINGS)}")
-        if self.group_size < 1:
-            raise UserError(f"group_size must be >= 1 (G tokens around the draft's rank), got {self.group_size}")
+        check_choice("reading", self.reading, READINGS)
+        check_at_least("group_size", self.group_size, 1, "G tokens around the draft's rank")
         if not 0 <= self.p_thr <= 1:  # above 1 no token is grouped: GSD would silently be SJD
             raise UserError(f"p_thr={self.p_thr} is out of range: it is a probability threshold; use 0..1")
         if self.d_thr is not None and self.d_thr <= 0:
@@ -86,12 +84,9 @@ class Groups:
 
 
 class GSDVerifier(Verifier[GSDConfig]):
-    Config = GSDConfig
+    """Grouped acceptance: lossy by design (every part's default)."""
 
-    @classmethod
-    def lossless(cls, config: GSDConfig, **children: bool) -> bool:
-        """Grouped acceptance: lossy by design."""
-        return False
+    Config = GSDConfig
 
     def __init__(
         self, config: GSDConfig, embeddings: torch.Tensor, d_thr: float | None = None, id_limit: int = OFFICIAL_ID_LIMIT

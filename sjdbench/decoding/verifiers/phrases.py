@@ -68,6 +68,8 @@ def load_table(path: Path, model: str) -> dict[str, Any]:
 
 
 class PhraseVerifier(Verifier[PhrasesConfig]):
+    """Lossy (every part's default): a joint pass accepts drafts the exact test rejects."""
+
     Config = PhrasesConfig
     reads_parent: ClassVar[bool] = True
 
@@ -83,10 +85,6 @@ class PhraseVerifier(Verifier[PhrasesConfig]):
         name = str(model.name)
         path = Path(config.phrases).expanduser() if config.phrases else default_table(name)
         return cls(config, load_table(path, name)["pairs"])
-
-    @classmethod
-    def lossless(cls, config: PhrasesConfig, **children: bool) -> bool:
-        return False  # a joint pass accepts drafts the exact test rejects
 
     def keys(self, device: torch.device) -> torch.Tensor:
         """The phrases as sorted int64 keys a * 2^32 + b, on `device` (made once per device)."""

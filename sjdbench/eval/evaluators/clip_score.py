@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -113,6 +114,18 @@ def eval_device(setting: str) -> str:
     return setting
 
 
+def text_tower_extra(vectors: np.ndarray, samples: list[Sample], encode: Callable[[str], list], limit: int) -> dict:
+    """What a CLIP-style score records beside its value: the prompts longer than the text tower's
+    context (their tokens plus the start and end tokens), which it cuts, and the mean cosine."""
+    truncated = sorted({s.prompt_id for s in samples if len(encode(s.text)) + 2 > limit})
+    return {
+        "truncated_prompts": len(truncated),
+        "truncated_prompt_ids": truncated[:50],
+        "context_length": limit,
+        "mean_cosine": float(vectors[:, 0].mean()),
+    }
+
+
 class ClipScore(SampleMetric):
     name = "clip_score"
     cache_kind = "clip_cosine"
@@ -183,12 +196,5 @@ class ClipScore(SampleMetric):
         limit = int(tokenizer.context_length)
         if not hasattr(tokenizer, "encode"):  # a Hugging Face text tower: its own truncation, not counted here
             return {"truncated_prompts": None, "context_length": limit, "mean_cosine": float(vectors[:, 0].mean())}
-        truncated = sorted(
-            {s.prompt_id for s in self.run.samples if len(tokenizer.encode(self.clip.prefix + s.text)) + 2 > limit}
-        )  # + start and end tokens
-        return {
-            "truncated_prompts": len(truncated),
-            "truncated_prompt_ids": truncated[:50],
-            "context_length": limit,
-            "mean_cosine": float(vectors[:, 0].mean()),
-        }
+        prefix = self.clip.prefix
+        return text_tower_extra(vectors, self.run.samples, lambda text: tokenizer.encode(prefix + text), limit)

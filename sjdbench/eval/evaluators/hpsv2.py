@@ -30,7 +30,7 @@ import numpy as np
 
 from sjdbench.errors import UserError
 from sjdbench.eval.evaluators.base import Sample, SampleMetric
-from sjdbench.eval.evaluators.clip_score import eval_device
+from sjdbench.eval.evaluators.clip_score import eval_device, text_tower_extra
 from sjdbench.eval.evaluators.hashing import env_flag_offline, file_sha256
 
 HPS_REPO = "xswu/HPSv2"
@@ -192,13 +192,4 @@ class Hpsv2(SampleMetric):
 
     def extra(self, vectors: np.ndarray) -> dict:
         _, tokenizer = self._loaded()
-        limit = int(tokenizer.context_length)
-        truncated = sorted(
-            {s.prompt_id for s in self.run.samples if len(tokenizer.encode(s.text)) + 2 > limit}
-        )  # + start and end tokens
-        return {
-            "truncated_prompts": len(truncated),
-            "truncated_prompt_ids": truncated[:50],
-            "context_length": limit,
-            "mean_cosine": float(vectors[:, 0].mean()),
-        }
+        return text_tower_extra(vectors, self.run.samples, tokenizer.encode, int(tokenizer.context_length))

@@ -16,16 +16,15 @@ $TORCH_HOME/hub/checkpoints/; missing, they fail at once with one line naming th
 from __future__ import annotations
 
 import functools
-import importlib
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from sjdbench.errors import UserError
 from sjdbench.eval.evaluators.base import Reference, Sample, SetMetric, load_image
 from sjdbench.eval.evaluators.clip_score import eval_device
+from sjdbench.eval.evaluators.feature_networks import custom_feature_module, local_weights
 from sjdbench.eval.evaluators.hashing import file_sha256, files_sha256
 from sjdbench.eval.evaluators.imaging import DESCRIPTIONS, for_inception
 
@@ -39,21 +38,9 @@ FEATURES = 2048
 
 def inception_weights(setting: str | None) -> Path:
     """The local Inception weights file; one-line UserError when it is not on this machine."""
-    import torch
-
-    if setting:
-        path = Path(setting).expanduser()
-        if not path.is_file():
-            raise UserError(f"eval.inception.weights={setting} is not a file; pass torch-fidelity's {INCEPTION_FILE}")
-        return path
-    folder = Path(torch.hub.get_dir()) / "checkpoints"
-    path = folder / INCEPTION_FILE
-    if not path.is_file():
-        raise UserError(
-            f"FID/KID need the Inception weights {INCEPTION_FILE} (no download is attempted): place it "
-            f"in {folder} (from {INCEPTION_URL}) or pass eval.inception.weights=<file>"
-        )
-    return path
+    return local_weights(
+        setting, "eval.inception.weights", INCEPTION_FILE, INCEPTION_URL, "FID/KID", "Inception", "torch-fidelity's"
+    )
 
 
 @functools.lru_cache(maxsize=2)
@@ -69,20 +56,7 @@ def load_extractor(feature: str, weights: str | None, antialias: bool, device: s
             antialias=antialias,
         )
         return module.to(device), FEATURES, "torchmetrics NoTrainInceptionV3 (inception-v3-compat, pool3, 2048-d)"
-    module_name, _, attr = feature.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise UserError(
-            f"eval.inception.feature={feature}: cannot import it ({error}); use inception or <module>:<factory>"
-        ) from None
-    module = factory()
-    dim = int(getattr(module, "num_features", 0))
-    if not dim:
-        raise UserError(
-            f"eval.inception.feature={feature}: the module needs a num_features attribute (its output width)"
-        )
-    return module.to(device).eval(), dim, f"custom feature module {feature}"
+    return custom_feature_module(feature, "eval.inception.feature", "inception", device)
 
 
 def _precomputed(dim: int) -> torch.nn.Module:

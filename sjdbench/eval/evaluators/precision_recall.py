@@ -22,15 +22,14 @@ same reference, which the AR baseline and the noise floor always are.
 from __future__ import annotations
 
 import functools
-import importlib
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from sjdbench.errors import UserError
 from sjdbench.eval.evaluators.base import Reference, Refused, Sample, SetMetric, load_image
 from sjdbench.eval.evaluators.clip_score import eval_device
+from sjdbench.eval.evaluators.feature_networks import custom_feature_module
 from sjdbench.eval.evaluators.hashing import file_sha256, files_sha256
 from sjdbench.eval.evaluators.imaging import for_vgg16
 
@@ -49,20 +48,7 @@ def load_feature_network(feature: str, weights: str | None, device: str):
         assert weights is not None  # resolved by the evaluator before loading
         module = load_vgg16_fc2(Path(weights), device)
         return module, FC2_FEATURES, "torchvision VGG-16, fc2 before its ReLU (4096-d)"
-    module_name, _, attr = feature.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise UserError(
-            f"eval.precision_recall.feature={feature}: cannot import it ({error}); use vgg16 or <module>:<factory>"
-        ) from None
-    module = factory()
-    dim = int(getattr(module, "num_features", 0))
-    if not dim:
-        raise UserError(
-            f"eval.precision_recall.feature={feature}: the module needs a num_features attribute (its output width)"
-        )
-    return module.to(device).eval(), dim, f"custom feature module {feature}"
+    return custom_feature_module(feature, "eval.precision_recall.feature", "vgg16", device)
 
 
 class ManifoldMetric(SetMetric):

@@ -6,13 +6,19 @@ Nothing here changes a run: scores are written beside runs, keyed by the hash of
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, cast
+from typing import Any, Dict, Iterator, List, Optional, cast
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from sjdbench.errors import UserError
+from sjdbench.errors import UserError, check_at_least
+
+
+def count(default: int, at_least: int) -> Any:
+    """A count knob and the least value that means something, side by side (`validate` checks every one)."""
+    return field(default=default, metadata={"at_least": at_least})
 
 
 @dataclass
@@ -24,7 +30,7 @@ class ClipSettings:
     prefix: str = ""  # prepended to every prompt ("A photo depicts " for LANTERN / LlamaGen)
     score: str = "100max0"  # 100max0: 100 * max(cos, 0) per sample (SJD, GSD) | cosine: raw cosine (LANTERN, LlamaGen)
     image_resize: str = "none"  # before CLIP's own transform: none | bilinear299 (SJD) | crop_lanczos256 (LANTERN)
-    batch_size: int = 64
+    batch_size: int = count(64, at_least=1)
     model_kwargs: Dict[str, Any] = field(default_factory=dict)  # open_clip config overrides (tiny models in tests)
     cache_dir: Optional[str] = None  # open_clip's download cache (default: its own)
 
@@ -38,23 +44,23 @@ class InceptionSettings:
     weights: Optional[str] = None  # torch-fidelity's Inception file; default $TORCH_HOME/hub/checkpoints/<its name>
     feature: str = "inception"  # inception | <module>:<factory> returning an nn.Module (N, 3, H, W) uint8 -> (N, D)
     reference: Optional[str] = None  # reference image folder; default the run's data.images
-    batch_size: int = 32
-    bootstrap: int = 100  # resamples for the CI of the paired difference against AR (0: none)
+    batch_size: int = count(32, at_least=1)
+    bootstrap: int = count(100, at_least=0)  # resamples for the CI of the paired difference against AR (0: none)
 
 
 @dataclass
 class KidSettings:
-    subsets: int = 100
-    subset_size: int = 1000  # capped at N (recorded)
-    degree: int = 3
-    bootstrap_subsets: int = 10  # subsets per bootstrap resample of the paired difference
+    subsets: int = count(100, at_least=1)
+    subset_size: int = count(1000, at_least=2)  # capped at N (recorded)
+    degree: int = count(3, at_least=1)
+    bootstrap_subsets: int = count(10, at_least=1)  # subsets per bootstrap resample of the paired difference
 
 
 @dataclass
 class ToySettings:
-    renders_per_caption: int = 1  # toy FD reference: renders of each scored caption
+    renders_per_caption: int = count(1, at_least=1)  # toy FD reference: renders of each scored caption
     reference_seed: int = 20261201
-    bootstrap: int = 200  # resamples for the CI of the toy FD's paired difference against AR
+    bootstrap: int = count(200, at_least=0)  # resamples for the CI of the toy FD's paired difference against AR
 
 
 @dataclass
@@ -66,7 +72,7 @@ class HpsSettings:
     scale: str = "cosine"  # cosine: the package's score() (LANTERN) | 100cos: 100 * cosine (the HPSv2 benchmark tables)
     precision: str = "amp"  # amp: float16 autocast on CUDA, as the package (no effect on the CPU) | fp32
     antialias: bool = True  # the tensor resize to 224 (torchvision >= 0.17 antialiases; older ones did not)
-    batch_size: int = 16
+    batch_size: int = count(16, at_least=1)
     model: str = "ViT-H-14"  # open_clip architecture of the checkpoint
     model_kwargs: Dict[str, Any] = field(default_factory=dict)  # open_clip config overrides (tiny models in tests)
 
@@ -75,13 +81,14 @@ class HpsSettings:
 class PrecisionRecallSettings:
     """Improved precision and recall (Kynkäänniemi et al. 2019) against the FID reference images."""
 
-    k: int = 3  # the k-th nearest neighbour sets each feature's radius
+    k: int = count(3, at_least=1)  # the k-th nearest neighbour sets each feature's radius
     feature: str = (
         "vgg16"  # vgg16: torchvision VGG-16 fc2 (LANTERN) | <module>:<factory>: (N, 3, 224, 224) uint8 -> (N, D)
     )
     weights: Optional[str] = None  # torchvision's vgg16-397923af.pth; default $TORCH_HOME/hub/checkpoints/<its name>
-    batch_size: int = 32
-    bootstrap: int = 2000  # resamples of prompts for precision's paired CI (recall has none: see docs/EVALUATION.md)
+    batch_size: int = count(32, at_least=1)
+    # resamples of prompts for precision's paired CI (recall has none: see docs/EVALUATION.md)
+    bootstrap: int = count(2000, at_least=0)
 
 
 @dataclass
@@ -96,7 +103,7 @@ class EvalConfig:
     toy: ToySettings = field(default_factory=ToySettings)
     hpsv2: HpsSettings = field(default_factory=HpsSettings)
     precision_recall: PrecisionRecallSettings = field(default_factory=PrecisionRecallSettings)
-    bootstrap: int = 2000  # resamples of prompts for per-sample metrics' CIs
+    bootstrap: int = count(2000, at_least=0)  # resamples of prompts for per-sample metrics' CIs
     stat_seed: int = 0
     floor_seed_offset: int = 1  # the noise floor's second AR run uses seed + this
     force: bool = False  # score set metrics even when N is below the feature dimension
@@ -144,28 +151,20 @@ def validate(config: EvalConfig) -> None:
     for key, (value, valid) in choices.items():
         if value not in valid:
             raise UserError(f"unknown {key} '{value}'; choose one of: {', '.join(valid)}")
-    if config.toy.renders_per_caption < 1:
-        raise UserError("eval.toy.renders_per_caption must be >= 1")
-    counts = {
-        "eval.bootstrap": (config.bootstrap, 0),
-        "eval.toy.bootstrap": (config.toy.bootstrap, 0),
-        "eval.inception.bootstrap": (config.inception.bootstrap, 0),
-        "eval.inception.batch_size": (config.inception.batch_size, 1),
-        "eval.clip.batch_size": (config.clip.batch_size, 1),
-        "eval.kid.subsets": (config.kid.subsets, 1),
-        "eval.kid.subset_size": (config.kid.subset_size, 2),
-        "eval.kid.degree": (config.kid.degree, 1),
-        "eval.kid.bootstrap_subsets": (config.kid.bootstrap_subsets, 1),
-        "eval.hpsv2.batch_size": (config.hpsv2.batch_size, 1),
-        "eval.precision_recall.k": (config.precision_recall.k, 1),
-        "eval.precision_recall.batch_size": (config.precision_recall.batch_size, 1),
-        "eval.precision_recall.bootstrap": (config.precision_recall.bootstrap, 0),
-    }
-    for key, (count, least) in counts.items():
-        if count < least:
-            raise UserError(f"{key} must be >= {least}, got {count}")
+    for count_key, number, least in _counts(config, "eval"):
+        check_at_least(count_key, number, least)
     if config.floor_seed_offset == 0:
         raise UserError(
             "eval.floor_seed_offset=0 compares the AR run with itself (a noise floor of 0); use another seed "
             "offset, e.g. eval.floor_seed_offset=1"
         )
+
+
+def _counts(settings: Any, prefix: str) -> Iterator[tuple[str, int, int]]:
+    """(dotted key, value, least meaningful value) of every `count` knob in `settings` and below."""
+    for knob in dataclasses.fields(settings):
+        value = getattr(settings, knob.name)
+        if dataclasses.is_dataclass(value):
+            yield from _counts(value, f"{prefix}.{knob.name}")
+        elif "at_least" in knob.metadata:
+            yield f"{prefix}.{knob.name}", value, knob.metadata["at_least"]

@@ -19,6 +19,7 @@ from typing import cast
 import torch
 
 from sjdbench.errors import UserError
+from sjdbench.eval.evaluators.feature_networks import local_weights
 
 VGG16_FILE = "vgg16-397923af.pth"
 VGG16_URL = f"https://download.pytorch.org/models/{VGG16_FILE}"
@@ -29,19 +30,9 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 def vgg16_weights(setting: str | None) -> Path:
     """The local VGG-16 weights file; one-line UserError when it is not on this machine."""
-    if setting:
-        path = Path(setting).expanduser()
-        if not path.is_file():
-            raise UserError(f"eval.precision_recall.weights={setting} is not a file; pass torchvision's {VGG16_FILE}")
-        return path
-    folder = Path(torch.hub.get_dir()) / "checkpoints"
-    path = folder / VGG16_FILE
-    if not path.is_file():
-        raise UserError(
-            f"precision/recall need the VGG-16 weights {VGG16_FILE} (no download is attempted): place it in "
-            f"{folder} (from {VGG16_URL}) or pass eval.precision_recall.weights=<file>"
-        )
-    return path
+    return local_weights(
+        setting, "eval.precision_recall.weights", VGG16_FILE, VGG16_URL, "precision/recall", "VGG-16", "torchvision's"
+    )
 
 
 class Vgg16Fc2(torch.nn.Module):
