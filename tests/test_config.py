@@ -138,7 +138,10 @@ def test_a_part_is_chosen_with_either_spelling():
         (["model=toy", "model.options.temperature=-0.5"], "model.options.temperature must be >= 0"),
         (["threads=0"], "threads must be >= 1"),
         (["warmup=-1"], "warmup must be >= 0"),
-        (["decoder="], "decoder= needs a value; choose one of: ar, cool_sd, eagle, eagle2, eagle2_adt, eagle_chain, gsd"),
+        (
+            ["decoder="],
+            "decoder= needs a value; choose one of: ar, cool_sd, eagle, eagle2, eagle2_adt, eagle_chain, gsd",
+        ),
         (["data.shard=3"], "data.shard must look like i/n"),
         (["window=3"], "unknown config key"),
         (["decoder"], "is not an override"),

@@ -15,11 +15,11 @@ is a fixed function of the node's path.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
-
-from types import SimpleNamespace
 
 from sjdbench.decoding.topologies.adaptive import neighbour_run
 from sjdbench.decoding.topologies.drafter_tree import (
@@ -219,7 +219,9 @@ def test_the_dynamic_budget_narrows_and_deepens_with_r(runs, window, n_positions
     assert topology.budget(view(*runs, n_positions), 50, window) == TreeBudget(*budget)
 
 
-@pytest.mark.parametrize(("runs", "window", "budget"), [((1, 1), 26, (4, 5)), ((2, 2), 26, (2, 10)), ((8, 8), 26, (1, 25))])
+@pytest.mark.parametrize(
+    ("runs", "window", "budget"), [((1, 1), 26, (4, 5)), ((2, 2), 26, (2, 10)), ((8, 8), 26, (1, 25))]
+)
 def test_the_static_budget_narrows_and_deepens_with_r(runs, window, budget):
     topology = DrafterTreeTopology(DrafterTreeTopology.Config(shape="static", adapt="neighbours"))
     assert topology.budget(view(*runs), 50, window) == TreeBudget(*budget)  # mc_sim_7b_63: K = 4, D = 5

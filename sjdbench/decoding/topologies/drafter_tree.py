@@ -401,7 +401,8 @@ class DrafterTreeTopology(ForestTopology[DrafterTreeConfig]):
         has_children = np.zeros(S, dtype=bool)
         has_children[tree.parent[1:]] = True
         own_children = np.zeros((B, S), dtype=bool)  # (B, S) a slot with children in the sample's own tree
-        np.logical_or.at(own_children, (slice(None), tree.parent[1:]), own[:, 1:])
+        for child in range(1, S):
+            own_children[:, tree.parent[child]] |= own[:, child]
         for d in range(1, int(tree.depth.max(initial=0)) + 1):
             here = np.flatnonzero(tree.depth == d)
             for k in range(int(tree.rank[here].max()) + 1):  # the k-th child of every parent, drawn together
@@ -473,9 +474,7 @@ class DrafterTreeTopology(ForestTopology[DrafterTreeConfig]):
             parent_entry = torch.where(
                 flat_parent[rows, frontier] >= 0, entry_of[rows, flat_parent[rows, frontier].clamp_min(0)], -1
             )
-            q, entries = level(
-                flat_tokens[rows, frontier], parent_entry, r + 1, needed
-            )  # (B, K, V), (B, K)
+            q, entries = level(flat_tokens[rows, frontier], parent_entry, r + 1, needed)  # (B, K, V), (B, K)
             entry_of[rows, frontier] = entries
             child = q.log().topk(K, dim=-1)  # (B, K, K)
             cumulative = scores[:, :, None] + child.values.masked_fill(narrow[:, None, :], -torch.inf)  # (B, K, K)
