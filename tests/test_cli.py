@@ -25,7 +25,7 @@ def test_list_decoder_marks_the_drafter_presets_and_their_availability():
     result = runner.invoke(app, ["list", "decoder"])
     (line,) = [x for x in result.output.splitlines() if "need a trained drafter" in x]
     named = line.split(":", 1)[1].split(";")[0].replace(" ", "").split(",")
-    assert named == ["eagle", "eagle2", "eagle_chain", "lantern_eagle", "lantern_pp"]
+    assert named == ["eagle", "eagle2", "eagle2_adt", "eagle_chain", "lantern_adt", "lantern_eagle", "lantern_pp"]
     assert "model=toy: available" in line  # the toy ships its drafter
     result = runner.invoke(app, ["list", "decoder", "--model", "lumina"])
     assert "model=lumina: not available" in result.output and "train-drafter" in result.output

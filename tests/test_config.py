@@ -138,7 +138,10 @@ def test_a_part_is_chosen_with_either_spelling():
         (["model=toy", "model.options.temperature=-0.5"], "model.options.temperature must be >= 0"),
         (["threads=0"], "threads must be >= 1"),
         (["warmup=-1"], "warmup must be >= 0"),
-        (["decoder="], "decoder= needs a value; choose one of: ar, cool_sd, eagle, eagle2, eagle_chain, gsd"),
+        (
+            ["decoder="],
+            "decoder= needs a value; choose one of: ar, cool_sd, eagle, eagle2, eagle2_adt, eagle_chain, gsd",
+        ),
         (["data.shard=3"], "data.shard must look like i/n"),
         (["window=3"], "unknown config key"),
         (["decoder"], "is not an override"),
@@ -196,7 +199,7 @@ def test_a_new_knob_rekeys_only_the_decoders_that_use_its_part(monkeypatch):
     after = {name: run_id(f"decoder={name}") for name in group_choices("decoder")}
     preset_decoder.cache_clear()
     changed = {name for name in before if before[name] != after[name]}
-    assert changed == {"lantern", "lantern_vp", "lantern_pac", "lantern_eagle", "lantern_pp"}
+    assert changed == {"lantern", "lantern_vp", "lantern_pac", "lantern_eagle", "lantern_pp", "lantern_adt"}
 
 
 def test_labels_name_the_knobs_that_differ_from_the_preset():

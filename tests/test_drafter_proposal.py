@@ -5,8 +5,9 @@ Exactness: on the enumerable model (run live, not from its table, because the dr
 states the table does not keep) a randomly initialised drafter's chains and trees, verified by the
 exact verifier, must give sequences distributed as exact AR (chi-square against the enumerated
 probabilities, batched decoding). Two negative controls (a flattened chain reference; static siblings
-that keep the full q instead of q without their elders) fail the same test. The presets run end to
-end on the toy with its shipped drafter.
+that keep the full q instead of q without their elders) fail the same test. ADT-Tree's adaptive
+trees (`adapt: neighbours`) pass the same tests, with a count showing that their shape did change
+with the neighbours. The presets run end to end on the toy with its shipped drafter.
 """
 
 from __future__ import annotations
@@ -69,6 +70,32 @@ class ElderBlindTree(DrafterTreeTopology):
 
 STATIC = {"shape": "static"}  # the released mc_sim_7b_63 paths: four root children exhaust the 4 codes
 DYNAMIC = {"shape": "dynamic", "top_k": 6, "depth": 3}  # top-6 of 4 legal codes: unusable candidates too
+ADAPTIVE_STATIC = {**STATIC, "adapt": "neighbours"}
+ADAPTIVE_DYNAMIC = {**DYNAMIC, "adapt": "neighbours"}
+# On the model's 2 x 2 grid only the last content position has a neighbour decided in a run (r > 1),
+# with no position after it to deepen into; so the shapes' own machinery (narrowed and deepened trees,
+# mixed in a batch) is also run with r set by position, on shallow trees with room to deepen
+SHALLOW_STATIC = {"shape": "static", "choices": "[[0],[1],[2],[3]]", "adapt": "neighbours"}  # K = 4, D = 1
+SHALLOW_DYNAMIC = {"shape": "dynamic", "top_k": 6, "depth": 1, "adapt": "neighbours"}
+
+
+class BudgetCount(DrafterTreeTopology):
+    """The topology as it is, counting the tree budgets its plans chose (one counter per class)."""
+
+    budgets: Counter = Counter()
+
+    def plan(self, sample, window):
+        layout = super().plan(sample, window)
+        type(self).budgets[layout.budget] += 1
+        return layout
+
+
+class ShapeByPosition(BudgetCount):
+    """The adaptive shapes at an r set by the first undecided position (3 at the first row's second
+    code, 2 at the second row's first): a fixed function of decided positions, so still exact."""
+
+    def budget(self, sample, n, window):
+        return self.shaped({1: 3.0, 3: 2.0}.get(n), sample.n_positions - 1 - n, window)
 
 
 def drafter_decoder(
@@ -144,6 +171,8 @@ SLOW = pytest.mark.slow  # the fast suite runs a dynamic and a static tree, exac
         "eagle2",
         pytest.param("lantern_eagle", marks=SLOW),
         "lantern_pp",
+        "eagle2_adt",
+        pytest.param("lantern_adt", marks=SLOW),
     ],
 )
 def test_drafter_presets_run_on_the_toy_and_say_what_they_need(tmp_path, preset):
@@ -171,14 +200,44 @@ def test_a_wrong_drafter_reference_is_detected():
     assert p_value < P_PASS
 
 
-@pytest.mark.parametrize(("tree", "window"), [(STATIC, 26), (DYNAMIC, 12)], ids=["eagle", "eagle2"])
+@pytest.mark.parametrize(
+    ("tree", "window"),
+    [
+        (STATIC, 26),
+        (DYNAMIC, 12),
+        pytest.param(ADAPTIVE_STATIC, 26, marks=SLOW),
+        pytest.param(ADAPTIVE_DYNAMIC, 12, marks=SLOW),
+    ],
+    ids=["eagle", "eagle2", "eagle_adt", "eagle2_adt"],
+)
 def test_drafter_trees_match_exact_ar(tree, window):
-    counts, totals, exact = draw(tree=tree, window=window)
+    """With the neighbours rule the model only ever narrows a tree (see SHALLOW_*)."""
+    BudgetCount.budgets.clear()
+    counts, totals, exact = draw(tree=tree, window=window, tree_class=BudgetCount)
     stat, dof, p_value = chi_square(counts, exact)
-    print(f"drafter tree {tree} n={N}: chi2={stat:.1f} dof={dof} p={p_value:.3g} totals={dict(totals)}")
+    budgets = dict(BudgetCount.budgets)
+    print(f"drafter tree {tree} n={N}: chi2={stat:.1f} dof={dof} p={p_value:.3g} totals={dict(totals)} {budgets}")
     assert sum(counts.values()) == N
+    if "adapt" in tree:  # the rule acted: narrower trees than configured
+        assert any(b.width < BudgetCount(BudgetCount.Config(**tree)).configured().width for b in budgets), budgets
+    else:
+        assert len(budgets) == 1
     assert 0 < totals["accepted"] < totals["verified"], "the drafts must be tested, and some rejected"
     assert p_value > P_PASS, f"the drafter tree is distinguishable from AR: chi2={stat:.1f} dof={dof} p={p_value:.2e}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tree", [SHALLOW_STATIC, SHALLOW_DYNAMIC], ids=["static", "dynamic"])
+def test_narrowed_and_deepened_trees_match_exact_ar(tree):
+    ShapeByPosition.budgets.clear()
+    counts, totals, exact = draw(tree=tree, window=12, tree_class=ShapeByPosition)
+    stat, dof, p_value = chi_square(counts, exact)
+    budgets = dict(ShapeByPosition.budgets)
+    print(f"shaped by position {tree} n={N}: chi2={stat:.1f} dof={dof} p={p_value:.3g} {budgets}")
+    base = ShapeByPosition(ShapeByPosition.Config(**tree)).configured()
+    assert any(b.width < base.width for b in budgets) and any(b.depth > base.depth for b in budgets), budgets
+    assert 0 < totals["accepted"] < totals["verified"]
+    assert p_value > P_PASS, f"the shaped tree is distinguishable from AR: chi2={stat:.1f} dof={dof} p={p_value:.2e}"
 
 
 @pytest.mark.slow
@@ -191,7 +250,9 @@ def test_siblings_that_forget_their_elders_are_detected():
 
 
 @pytest.mark.parametrize(
-    "tree", [pytest.param(None, marks=pytest.mark.slow), STATIC, DYNAMIC], ids=["chain", "eagle", "eagle2"]
+    "tree",
+    [pytest.param(None, marks=pytest.mark.slow), STATIC, DYNAMIC, ADAPTIVE_STATIC, ADAPTIVE_DYNAMIC],
+    ids=["chain", "eagle", "eagle2", "eagle_adt", "eagle2_adt"],
 )
 def test_batched_equals_unbatched_in_float64(tree):
     """Samples of different prompts finish at different iterations, leave the batch and let the next
@@ -200,7 +261,8 @@ def test_batched_equals_unbatched_in_float64(tree):
     from sjdbench.models.debug import build_debug_adapter
 
     adapter = build_debug_adapter(grid_h=4, grid_w=4, n_codes=16, init_std=0.5, dtype="float64")
-    decoder = drafter_decoder(adapter, 4 if tree is None else 10, tree=tree)
+    BudgetCount.budgets.clear()
+    decoder = drafter_decoder(adapter, 4 if tree is None else 10, tree=tree, tree_class=BudgetCount)
     decoder.proposal.drafter.net.double()
     prompts = ["a red circle", "x", "two blue squares on a striped background", "yy", "b"]
 
@@ -211,6 +273,9 @@ def test_batched_equals_unbatched_in_float64(tree):
         r.key: jacobi_decode(adapter, r.prompt, decoder, adapter.default_sampling, r.generator) for r in requests()
     }
     assert len({a.stats.nfe for a in alone.values()}) > 1, "every sample finished at the same iteration"
+    if tree is not None and "adapt" in tree:  # the batch mixes narrower and deeper trees (a 4 x 4 grid)
+        base, budgets = decoder.topology.configured(), BudgetCount.budgets
+        assert any(b.width < base.width for b in budgets) and any(b.depth > base.depth for b in budgets), budgets
     for batch in (1, 3, 5):
         got = {
             r.key: res for r, res in jacobi_decode_batch(adapter, requests(), decoder, adapter.default_sampling, batch)

@@ -75,9 +75,9 @@ def no_model_loads(monkeypatch):
         (["decoder=[sjd,sjd_vp]"], "to run several, sweep over them: sjdbench sweep decoder=sjd,sjd_vp"),
         (
             ["decoder="],
-            "decoder= needs a value; choose one of: ar, cool_sd, eagle, eagle2, eagle_chain, gsd, gsd_vp, jacobi, "
-            "lantern, lantern_eagle, lantern_pac, lantern_pp, lantern_vp, mc_sjd, pjd, scd_gs, sjd, sjd_adt, "
-            "sjd_pac, sjd_pp, sjd_pv, sjd_vp, zipar",
+            "decoder= needs a value; choose one of: ar, cool_sd, eagle, eagle2, eagle2_adt, eagle_chain, gsd, gsd_vp, "
+            "jacobi, lantern, lantern_adt, lantern_eagle, lantern_pac, lantern_pp, lantern_vp, mc_sjd, pjd, scd_gs, "
+            "sjd, sjd_adt, sjd_pac, sjd_pp, sjd_pv, sjd_vp, zipar",
         ),
         (["decoder.window==3"], "'decoder.window==3' has two '='; write decoder.window=3"),
         (
@@ -371,7 +371,7 @@ def test_errors_are_one_physical_line_when_output_is_not_a_terminal(tmp_path):
     for args, needle in (
         (
             ["run", "decoder=nothing_like_it"],
-            "unknown decoder 'nothing_like_it'; choose one of: ar, cool_sd, eagle, eagle2, eagle_chain, gsd, gsd_vp,",
+            "unknown decoder 'nothing_like_it'; choose one of: ar, cool_sd, eagle, eagle2, eagle2_adt, eagle_chain,",
         ),
         (["sweep", "--executor"], "Option '--executor' requires an argument. (see `sjdbench sweep --help`)"),
         (["run", "device=tpu", "model=debug"], "device=tpu is not a device torch knows"),

@@ -63,7 +63,7 @@ from sjdbench.decoding.recorder import DecodeStats, GrowthFlags, IterationRecord
 from sjdbench.decoding.settings import DecodeSettings
 from sjdbench.decoding.state import Drafts, PendingDrafts
 from sjdbench.decoding.topologies.chain import ChainTopology
-from sjdbench.decoding.topologies.drafter_tree import DrafterTreeTopology
+from sjdbench.decoding.topologies.drafter_tree import DrafterTreeTopology, RootLayout
 from sjdbench.errors import NonFiniteLogits, UserError
 
 
@@ -227,7 +227,7 @@ class BatchDecode:
                 raise UserError(
                     "the drafter proposal drafts a chain or its own tree; use decoder.topology=chain or drafter_tree"
                 )
-            entries = W if self.tree is None else self.tree.most_nodes()
+            entries = W if self.tree is None else self.tree.most_nodes(W)
             self.drafting = self.drafter.begin(B, self.cache.prompt_len, self.N, entries)
         self.samples: list[SampleState | None] = [None] * B  # by batch index
         self.bad_prefill = torch.zeros((), dtype=torch.bool, device=self.device)
@@ -416,6 +416,7 @@ class BatchDecode:
             self.sampling,
             generators,
             self.dtype,
+            [cast(RootLayout, layout).budget for layout in layouts],  # the topology's plan made them
         )
         return [self.tree.grow(layout, tree, self.V, self.dtype) for layout, tree in zip(layouts, trees)]
 

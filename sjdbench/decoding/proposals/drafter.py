@@ -27,7 +27,7 @@ from sjdbench.adapter import PromptStates, Sampling, require_hidden_states
 from sjdbench.decoding.parts import PartConfig, Proposal
 from sjdbench.decoding.processing import StructureMasks, process_logits, sample
 from sjdbench.decoding.randomness import Draws
-from sjdbench.decoding.topologies.drafter_tree import DrafterTreeTopology, GrownTree
+from sjdbench.decoding.topologies.drafter_tree import DrafterTreeTopology, GrownTree, TreeBudget
 from sjdbench.errors import UserError
 from sjdbench.models.drafter import Drafter, DrafterCache, DrafterStep
 
@@ -206,9 +206,11 @@ class DrafterProposal(Proposal[DrafterProposalConfig]):
         sampling: Sampling,
         generators: list[torch.Generator],
         dtype: torch.dtype,
+        budgets: list[TreeBudget] | None = None,
     ) -> list[GrownTree]:
         """Each sample's draft tree below its last decided token (frontiers (B,): its first undecided
-        position): the topology picks the nodes, this runs the drafter one level at a time."""
+        position; budgets: each one's tree shape from the topology's plan, None: the configured one):
+        the topology picks the nodes, this runs the drafter one level at a time."""
         drafter, last = self._bound(), state.last
         assert last is not None  # start() ran for every sample in the batch
         cache = state.cache
@@ -247,4 +249,4 @@ class DrafterProposal(Proposal[DrafterProposalConfig]):
             return process(step.logits, positions + 1), entries
 
         root_q = process(last.logits, frontier_t[:, None])[:, 0]  # (B, V) q for each frontier position
-        return topology.grow_trees(root_q, level, frontiers, limit - 1, window, generators)
+        return topology.grow_trees(root_q, level, frontiers, limit - 1, window, generators, budgets)

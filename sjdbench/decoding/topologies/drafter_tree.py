@@ -22,6 +22,24 @@ features its children read) and this topology decides which tokens become nodes:
 Drafts never go past position N - 2 (the last position is the bonus draw of the slot before it, as in
 a chain). The window is at most `decoder.window` slots: a static tree keeps its first W - 1 paths in
 the released order (by length, then lexicographically: a prefix-closed list stays prefix-closed).
+
+`adapt: neighbours` is ADT-Tree's adaptation, our reading (adaptive.py: r, the mean run of the
+iterations that decided the first undecided position's left and upper neighbours; the released
+code has no rule to conform to). Each sample's tree gets its own budget from r at plan time:
+
+- `dynamic`: top_k' = round(top_k / r) (at least 1) children per expanded node and nodes expanded
+  per level, and depth' = round(depth * r) rounds (at least `depth`, at most W - 2 so that a chain of
+  depth' + 1 nodes fits the W - 1 draft slots, and at most the positions left). Easy region: a deep,
+  narrow tree; hard region (r = 1) or no decided neighbour: EAGLE-2's tree. The best W - 1
+  candidates form the tree as before.
+- `static`: the paths whose sibling indices are all below round(K / r) (K: the most children a node
+  has), the first-child path extended to depth round(D * r) (D: the tree's depth; capped as above,
+  at W - 1), then the first W - 1 paths as always.
+
+r reads decided positions only, so each tree is fixed before its drafts are verified: exact as the
+fixed trees. A batch grows all its samples' trees together: the widest top_k' and most rounds, each
+sample's extra candidates at -inf (dynamic), or the union of the samples' paths with each sample's
+own paths alive (static), so a sample's tree is the one it grows alone.
 """
 
 from __future__ import annotations
@@ -29,7 +47,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -39,6 +57,7 @@ from sjdbench.decoding.parts import Layout, PartConfig, SampleView, Window
 from sjdbench.decoding.processing import one_hot, sample
 from sjdbench.decoding.randomness import Draws
 from sjdbench.decoding.state import Drafts
+from sjdbench.decoding.topologies.adaptive import check_adapt, deepened, narrowed, neighbour_run
 from sjdbench.decoding.topologies.forest import ForestTopology, ancestor_mask
 from sjdbench.errors import UserError
 
@@ -105,10 +124,16 @@ class DrafterTreeConfig(PartConfig):
     choices: str = "mc_sim_7b_63"  # static: a released tree's name, or paths written out: "[[0],[1],[0,0]]"
     top_k: int = 8  # dynamic: children per expanded node, and nodes expanded per level (released default)
     depth: int = 5  # dynamic: expansion rounds; the tree is at most depth + 1 deep (released default)
+    adapt: str = "none"  # none: every tree the configured one | neighbours: ADT-Tree's width and depth from r
 
     symbols: ClassVar[dict[str, str]] = {"top_k": "k", "depth": "D"}
 
+    def unused(self) -> set[str]:
+        """A fixed tree says nothing of adaptation, so trees from before the knob keep their run ids."""
+        return {"adapt"} if self.adapt == "none" else set()
+
     def check(self) -> None:
+        check_adapt(self.adapt)
         if self.shape not in SHAPES:
             raise UserError(f"shape '{self.shape}' is unknown; choose one of: {', '.join(SHAPES)}")
         if self.top_k < 1:
@@ -126,10 +151,16 @@ class StaticTree:
     parent: np.ndarray  # (S,) parent slot, -1 for the root
     rank: np.ndarray  # (S,) index among its parent's children
     depth: np.ndarray  # (S,)
+    paths: tuple[tuple[int, ...], ...]  # (S,) each slot's sibling indices from the root (the root: ())
 
     def first(self, slots: int) -> StaticTree:
         """Its first `slots` slots (prefix-closed: a parent comes before its children)."""
-        return StaticTree(self.parent[:slots], self.rank[:slots], self.depth[:slots])
+        return StaticTree(self.parent[:slots], self.rank[:slots], self.depth[:slots], self.paths[:slots])
+
+    @property
+    def widest(self) -> int:
+        """The most children a node has (K)."""
+        return int(np.bincount(self.parent[1:]).max(initial=1)) if self.parent.size > 1 else 1
 
 
 @functools.lru_cache(maxsize=32)
@@ -150,7 +181,13 @@ def static_tree(choices: str) -> StaticTree:
                 f"choices '{choices}' is neither a released tree ({', '.join(CHOICES)}) nor a list of paths "
                 'such as "[[0],[1],[0,0]]"'
             )
-    ordered = sorted({tuple(p) for p in paths}, key=lambda p: (len(p), p))
+    return tree_of_paths(frozenset(tuple(p) for p in paths))
+
+
+@functools.lru_cache(maxsize=256)
+def tree_of_paths(paths: frozenset[tuple[int, ...]]) -> StaticTree:
+    """The tree of a set of paths, in the released order (by length, then lexicographically)."""
+    ordered = sorted(paths, key=lambda p: (len(p), p))
     slot: dict[tuple[int, ...], int] = {(): 0}
     parent, rank, depth = [-1], [0], [0]
     for path in ordered:
@@ -166,7 +203,34 @@ def static_tree(choices: str) -> StaticTree:
         rank.append(path[-1])
         depth.append(len(path))
     as_array = lambda xs: np.array(xs, dtype=np.int64)  # noqa: E731
-    return StaticTree(as_array(parent), as_array(rank), as_array(depth))
+    return StaticTree(as_array(parent), as_array(rank), as_array(depth), ((), *ordered))
+
+
+def narrowed_tree(tree: StaticTree, width: int, depth: int) -> StaticTree:
+    """A static tree's paths whose sibling indices are all below `width`, with its first-child path
+    run to `depth` (the tree itself when neither cuts nor extends it)."""
+    deepest = int(tree.depth.max(initial=0))
+    if width >= tree.widest and depth <= deepest:
+        return tree
+    kept = {p for p in tree.paths[1:] if max(p) < width}
+    kept |= {(0,) * d for d in range(1, depth + 1)} if depth > deepest else set()
+    return tree_of_paths(frozenset(kept))
+
+
+@dataclass(frozen=True)
+class TreeBudget:
+    """One sample's tree shape for this iteration: dynamic, top_k and expansion rounds; static, the
+    sibling indices kept (below `width`) and the first-child path's depth."""
+
+    width: int
+    depth: int
+
+
+@dataclass
+class RootLayout(Layout):
+    """The root alone, and the budget of the tree the drafter grows below it."""
+
+    budget: TreeBudget = field(kw_only=True)
 
 
 # One level of drafter forwards, as the drafter proposal runs it: tokens (B, L) of nodes at depth d,
@@ -200,17 +264,19 @@ class DrafterTreeTopology(ForestTopology[DrafterTreeConfig]):
     def __init__(self, config: DrafterTreeConfig | None = None) -> None:
         super().__init__(config)
         c = self.config
-        self.shape, self.top_k, self.rounds = c.shape, c.top_k, c.depth
+        self.shape, self.top_k, self.rounds, self.adapt = c.shape, c.top_k, c.depth, c.adapt
         self.tree = static_tree(c.choices) if c.shape == "static" else None
 
     def siblings(self) -> int:
-        return int(np.bincount(self.tree.parent[1:]).max(initial=1)) if self.tree is not None else self.top_k
+        return self.tree.widest if self.tree is not None else self.top_k
 
-    def most_nodes(self) -> int:
-        """The most draft nodes one iteration feeds to the drafter (its cache's draft entries)."""
+    def most_nodes(self, window: int = 1) -> int:
+        """The most draft nodes one iteration feeds to the drafter (its cache's draft entries); an
+        adaptive tree's deepest budget depends on the window."""
         if self.tree is not None:
-            return int(self.tree.parent.size)
-        return self.top_k * self.rounds
+            extra = max(window - 1 - int(self.tree.depth.max(initial=0)), 0) if self.adapt == "neighbours" else 0
+            return int(self.tree.parent.size) + extra
+        return self.top_k * (max(self.rounds, window - 2) if self.adapt == "neighbours" else self.rounds)
 
     def useful_window(self, layout: SegmentLayout) -> int:
         """A static tree uses all its paths and no more; a dynamic one at most every candidate."""
@@ -222,12 +288,12 @@ class DrafterTreeTopology(ForestTopology[DrafterTreeConfig]):
         """Every iteration decides the first undecided position; the tree holds at most `window` positions."""
         return window
 
-    def plan(self, sample: SampleView, window: int) -> Layout:
-        """The root alone; the drafter proposal grows the tree below it (`grow`)."""
+    def plan(self, sample: SampleView, window: int) -> RootLayout:
+        """The root alone, with its tree's budget; the drafter proposal grows the tree below it (`grow`)."""
         n = sample.frontier()
         root = np.ones(1, dtype=bool)
         zero = np.zeros(1, dtype=np.int64)
-        return Layout(
+        return RootLayout(
             positions=np.array([n - 1]),
             parent=np.array([-1]),
             sibling=zero,
@@ -237,7 +303,27 @@ class DrafterTreeTopology(ForestTopology[DrafterTreeConfig]):
             emits=root.copy(),
             mask=None,
             wanted=np.zeros(0, dtype=np.int64),
+            budget=self.budget(sample, n, window),
         )
+
+    def configured(self) -> TreeBudget:
+        """The tree as configured: no adaptation, or no decided neighbour to adapt to."""
+        if self.tree is not None:
+            return TreeBudget(self.tree.widest, int(self.tree.depth.max(initial=0)))
+        return TreeBudget(self.top_k, self.rounds)
+
+    def budget(self, sample: SampleView, n: int, window: int) -> TreeBudget:
+        """This iteration's tree for the sample (module docstring): narrower and deeper as r grows."""
+        if self.adapt == "none":
+            return self.configured()
+        return self.shaped(neighbour_run(sample, n), sample.n_positions - 1 - n, window)
+
+    def shaped(self, r: float | None, left: int, window: int) -> TreeBudget:
+        """The budget at r, with `left` positions a draft may still hold (depths 1..left)."""
+        base = self.configured()
+        if self.tree is not None:  # a first-child path of depth d: d of the W - 1 draft slots
+            return TreeBudget(narrowed(base.width, r), deepened(base.depth, r, min(window - 1, left)))
+        return TreeBudget(narrowed(base.width, r), deepened(base.depth, r, min(window - 2, left - 1)))
 
     def place(self, layout: Layout, drafts: Drafts, sample: SampleView) -> Window:
         raise NotImplementedError("a drafter tree is grown by the drafter proposal (grow), not placed")
@@ -272,19 +358,38 @@ class DrafterTreeTopology(ForestTopology[DrafterTreeConfig]):
         last: int,
         window: int,
         generators: list[torch.Generator],
+        budgets: list[TreeBudget] | None = None,
     ) -> list[GrownTree]:
         """Each sample's tree. root_q (B, V): the drafter's q for position frontiers[b]; `last`: the
-        deepest position a draft may hold (N - 2); `window`: the most slots."""
+        deepest position a draft may hold (N - 2); `window`: the most slots; budgets: each sample's
+        tree from its plan (None: the configured tree for all)."""
         deepest = last - frontiers + 1  # (B,) a node at depth d holds position frontiers + d - 1
+        budgets = budgets or [self.configured()] * len(frontiers)
         if self.tree is not None:
-            return self._static(root_q, level, deepest, window, generators)
-        return self._dynamic(root_q, level, deepest, window)
+            return self._static(root_q, level, deepest, window, generators, budgets)
+        return self._dynamic(root_q, level, deepest, window, budgets)
+
+    def _union(self, budgets: list[TreeBudget], window: int) -> tuple[StaticTree, np.ndarray]:
+        """One tree holding every sample's budgeted tree, and (B, S) which of its slots each sample's own is."""
+        assert self.tree is not None
+        own = {b: narrowed_tree(self.tree, b.width, b.depth).first(max(window, 1)) for b in set(budgets)}
+        if len(own) == 1:
+            (tree,) = own.values()
+            return tree, np.ones((len(budgets), tree.parent.size), dtype=bool)
+        tree = tree_of_paths(frozenset(p for t in own.values() for p in t.paths[1:]))
+        mine = {b: set(t.paths) for b, t in own.items()}
+        return tree, np.array([[p in mine[b] for p in tree.paths] for b in budgets], dtype=bool)
 
     def _static(
-        self, root_q: torch.Tensor, level: Level, deepest: np.ndarray, window: int, generators: list[torch.Generator]
+        self,
+        root_q: torch.Tensor,
+        level: Level,
+        deepest: np.ndarray,
+        window: int,
+        generators: list[torch.Generator],
+        budgets: list[TreeBudget],
     ) -> list[GrownTree]:
-        assert self.tree is not None
-        tree = self.tree.first(max(window, 1))
+        tree, own = self._union(budgets, window)  # own: (B, S)
         B, V = root_q.shape
         S, device = tree.parent.size, root_q.device
         tokens = torch.zeros(B, S, dtype=torch.long, device=device)
@@ -295,6 +400,9 @@ class DrafterTreeTopology(ForestTopology[DrafterTreeConfig]):
         entry = np.full((B, S), -1, dtype=np.int64)  # each slot's drafter entry, once fed
         has_children = np.zeros(S, dtype=bool)
         has_children[tree.parent[1:]] = True
+        own_children = np.zeros((B, S), dtype=bool)  # (B, S) a slot with children in the sample's own tree
+        for child in range(1, S):
+            own_children[:, tree.parent[child]] |= own[:, child]
         for d in range(1, int(tree.depth.max(initial=0)) + 1):
             here = np.flatnonzero(tree.depth == d)
             for k in range(int(tree.rank[here].max()) + 1):  # the k-th child of every parent, drawn together
@@ -307,7 +415,7 @@ class DrafterTreeTopology(ForestTopology[DrafterTreeConfig]):
                     taken.scatter_(-1, tokens[:, elder_slots][..., None], True)
                 left = q.masked_fill(taken, 0.0)
                 mass = left.sum(-1)  # (B, P)
-                live = alive[:, parents] & (mass > 1e-12).cpu().numpy() & (d <= deepest)[:, None]
+                live = own[:, slots] & alive[:, parents] & (mass > 1e-12).cpu().numpy() & (d <= deepest)[:, None]
                 if k > 0:  # a younger sibling only where its elder one lives (a prefix of each parent's children)
                     elder_live = np.stack(
                         [alive[:, int(np.flatnonzero((tree.parent == s) & (tree.rank == k - 1))[0])] for s in parents],
@@ -325,55 +433,62 @@ class DrafterTreeTopology(ForestTopology[DrafterTreeConfig]):
                     refs[torch.as_tensor(b, device=device), at] = dist
                 alive[:, slots] = live
             fed = here[has_children[here]]
-            if fed.size and not alive[:, fed].any():  # no sample has these nodes: their children have no mass
+            needed = alive[:, fed] & own_children[:, fed]  # (B, F) living nodes with children of their own
+            if fed.size and not needed.any():  # no sample has these nodes: their children have no mass
                 below.update({int(s): root_q.new_zeros(B, V) for s in fed})
             elif fed.size:
                 q, entries = level(
                     tokens[:, fed],
                     torch.as_tensor(entry[:, tree.parent[fed]], device=device),
                     d,
-                    np.asarray(alive[:, fed].any(1)),
+                    np.asarray(needed.any(1)),
                 )  # (B, F, V), (B, F)
                 entry[:, fed] = entries.cpu().numpy()
                 for i, s in enumerate(fed.tolist()):
                     below[s] = q[:, i]
         return [self._keep(tree.parent, tree.rank, tree.depth, alive[b], tokens[b], refs[b]) for b in range(B)]
 
-    def _dynamic(self, root_q: torch.Tensor, level: Level, deepest: np.ndarray, window: int) -> list[GrownTree]:
+    def _dynamic(
+        self, root_q: torch.Tensor, level: Level, deepest: np.ndarray, window: int, budgets: list[TreeBudget]
+    ) -> list[GrownTree]:
         B, V = root_q.shape
-        K, device = min(self.top_k, V), root_q.device
+        widths = np.array([min(b.width, V) for b in budgets])  # (B,) each sample's top_k
+        rounds = np.array([b.depth for b in budgets])  # (B,)
+        K, R, device = int(widths.max()), int(rounds.max()), root_q.device
+        narrow = torch.as_tensor(np.arange(K)[None, :] >= widths[:, None], device=device)  # (B, K) ranks left out
         top = root_q.log().topk(K, dim=-1)
-        pool_tokens, pool_scores = [top.indices], [top.values]  # per level (B, n)
+        values = top.values.masked_fill(narrow, -torch.inf)
+        pool_tokens, pool_scores = [top.indices], [values]  # per level (B, n)
         pool_parent = [torch.full((B, K), -1, dtype=torch.long, device=device)]  # pool index of the parent
         pool_depth = [np.ones(K, dtype=np.int64)]
         frontier = torch.arange(K, device=device).expand(B, K)  # pool indices of the nodes fed next
-        scores, size = top.values, K
-        entry_of = torch.full((B, 1 + K + self.rounds * K * K), -1, dtype=torch.long, device=device)
+        scores, size = values, K
+        entry_of = torch.full((B, 1 + K + R * K * K), -1, dtype=torch.long, device=device)
         rows = torch.arange(B, device=device)[:, None]
-        for r in range(self.rounds):
-            if (1 + r > deepest).all():
+        for r in range(R):
+            needed = (1 + r <= deepest) & (r < rounds)  # (B,) its newest nodes exist and it has rounds left
+            if not needed.any():
                 break
             flat_tokens = torch.cat(pool_tokens, 1)
             flat_parent = torch.cat(pool_parent, 1)
             parent_entry = torch.where(
                 flat_parent[rows, frontier] >= 0, entry_of[rows, flat_parent[rows, frontier].clamp_min(0)], -1
             )
-            q, entries = level(
-                flat_tokens[rows, frontier], parent_entry, r + 1, np.asarray(1 + r <= deepest)
-            )  # (B, K, V), (B, K)
+            q, entries = level(flat_tokens[rows, frontier], parent_entry, r + 1, needed)  # (B, K, V), (B, K)
             entry_of[rows, frontier] = entries
             child = q.log().topk(K, dim=-1)  # (B, K, K)
-            cumulative = scores[:, :, None] + child.values  # (B, K, K)
+            cumulative = scores[:, :, None] + child.values.masked_fill(narrow[:, None, :], -torch.inf)  # (B, K, K)
             pool_tokens.append(child.indices.reshape(B, K * K))
             pool_scores.append(cumulative.reshape(B, K * K))
             pool_parent.append(frontier[:, :, None].expand(B, K, K).reshape(B, K * K))
             pool_depth.append(np.full(K * K, r + 2, dtype=np.int64))
             best = cumulative.reshape(B, K * K).topk(K, dim=-1)
-            frontier, scores = size + best.indices, best.values
+            frontier, scores = size + best.indices, best.values.masked_fill(narrow, -torch.inf)
             size += K * K
         tokens, parent = torch.cat(pool_tokens, 1), torch.cat(pool_parent, 1)
         score, depth = torch.cat(pool_scores, 1), np.concatenate(pool_depth)
-        usable = torch.isfinite(score) & torch.as_tensor(depth[None, :] <= deepest[:, None], device=device)
+        within = depth[None, :] <= np.minimum(deepest, rounds + 1)[:, None]  # a tree of R rounds is R + 1 deep
+        usable = torch.isfinite(score) & torch.as_tensor(within, device=device)
         order = torch.sort(score.masked_fill(~usable, -torch.inf), dim=-1, descending=True, stable=True).indices
         keep = max(window - 1, 0)
         chosen, usable_h = order[:, :keep].cpu().numpy(), usable.cpu().numpy()

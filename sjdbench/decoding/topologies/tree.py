@@ -32,14 +32,12 @@ from sjdbench.decoding.parts import Layout, PartConfig, SampleView, Window
 from sjdbench.decoding.processing import sample
 from sjdbench.decoding.randomness import Draws
 from sjdbench.decoding.state import Drafts
+from sjdbench.decoding.topologies.adaptive import check_adapt, narrowed, neighbour_run
 from sjdbench.decoding.topologies.forest import SELECT, ForestTopology, ancestor_mask
 from sjdbench.errors import UserError
 
 if TYPE_CHECKING:
     from sjdbench.adapter import SegmentLayout
-
-
-ADAPT = ("none", "neighbours")
 
 
 @dataclass
@@ -56,8 +54,7 @@ class TreeConfig(PartConfig):
         return {"adapt"} if self.adapt == "none" else set()
 
     def check(self) -> None:
-        if self.adapt not in ADAPT:
-            raise UserError(f"adapt '{self.adapt}' is unknown; choose one of: {', '.join(ADAPT)}")
+        check_adapt(self.adapt)
         if self.width < 1:
             raise UserError(f"width must be >= 1, got {self.width}")
         if self.depth < 1:
@@ -186,21 +183,10 @@ class TreeTopology(ForestTopology[TreeConfig]):
         )
 
     def adapted_width(self, sample: SampleView, n: int) -> int:
-        """ADT-Tree's adjacency rule, our reading: r = the mean number of tokens decided by the
-        iterations that decided the first undecided position's left and upper grid neighbours (how
-        easy the region was); the tree is K / r wide, halving as r doubles (a bisection over widths),
-        between 1 (an easy region: a chain, its first-child path as deep as the window) and K (a hard
-        one: the widest tree). Without a decided neighbour (the first row's start) it is K wide. The
-        width reads decided positions only, so recursive rejection over siblings stays exact."""
-        assert sample.run is not None and sample.neighbours is not None  # the loop's views carry them
-        if n >= sample.n_positions:
-            return self.width
-        left_of, above_of = sample.neighbours
-        near = [int(x) for x in (left_of[n], above_of[n]) if x >= 0 and sample.run[x] > 0]
-        if not near:
-            return self.width
-        r = sum(int(sample.run[x]) for x in near) / len(near)
-        return max(1, min(self.width, round(self.width / r)))
+        """ADT-Tree's width (adaptive.py, our reading): K / r wide, halving as r doubles, between 1 (an
+        easy region: a chain, its first-child path as deep as the window) and K (a hard one, or no
+        decided neighbour: the widest tree)."""
+        return narrowed(self.width, neighbour_run(sample, n))
 
     def place(self, layout: Layout, drafts: Drafts, sample: SampleView) -> Window:
         """The main path holds the drafts; each branching level's siblings are drawn from them."""
