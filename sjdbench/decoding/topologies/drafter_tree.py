@@ -59,7 +59,7 @@ from sjdbench.decoding.randomness import Draws
 from sjdbench.decoding.state import Drafts
 from sjdbench.decoding.topologies.adaptive import check_adapt, deepened, narrowed, neighbour_run
 from sjdbench.decoding.topologies.forest import ForestTopology, ancestor_mask
-from sjdbench.errors import UserError
+from sjdbench.errors import UserError, check_at_least, check_choice
 
 if TYPE_CHECKING:
     from sjdbench.adapter import SegmentLayout
@@ -134,12 +134,9 @@ class DrafterTreeConfig(PartConfig):
 
     def check(self) -> None:
         check_adapt(self.adapt)
-        if self.shape not in SHAPES:
-            raise UserError(f"shape '{self.shape}' is unknown; choose one of: {', '.join(SHAPES)}")
-        if self.top_k < 1:
-            raise UserError(f"top_k must be >= 1, got {self.top_k}")
-        if self.depth < 1:
-            raise UserError(f"depth must be >= 1, got {self.depth}")
+        check_choice("shape", self.shape, SHAPES)
+        check_at_least("top_k", self.top_k, 1)
+        check_at_least("depth", self.depth, 1)
         if self.shape == "static":
             static_tree(self.choices)
 

@@ -32,7 +32,7 @@ import torch
 
 from sjdbench.decoding.parts import Layout, PartConfig, SampleView
 from sjdbench.decoding.topologies.forest import ForestTopology, ancestor_mask
-from sjdbench.errors import UserError
+from sjdbench.errors import check_at_least, check_choice
 
 if TYPE_CHECKING:
     from sjdbench.adapter import SegmentLayout
@@ -50,14 +50,10 @@ class RowsConfig(PartConfig):
     symbols: ClassVar[dict[str, str]] = {"row_window": "w", "row_start": "s"}
 
     def check(self) -> None:
-        if self.row_window < 1:
-            raise UserError(f"row_window must be >= 1, got {self.row_window}")
-        if self.row_start < 1:
-            raise UserError(f"row_start must be >= 1, got {self.row_start}")
-        if self.emit not in EMIT:
-            raise UserError(f"emit '{self.emit}' is unknown; choose one of: {', '.join(EMIT)}")
-        if self.max_rows < 0:
-            raise UserError(f"max_rows must be >= 0 (0 = no cap), got {self.max_rows}")
+        check_at_least("row_window", self.row_window, 1)
+        check_at_least("row_start", self.row_start, 1)
+        check_choice("emit", self.emit, EMIT)
+        check_at_least("max_rows", self.max_rows, 0, "0 = no cap")
 
     def model_notes(self, layout, where: str) -> list[str]:
         width = layout.grid_hw[1]

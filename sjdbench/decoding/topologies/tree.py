@@ -34,7 +34,7 @@ from sjdbench.decoding.randomness import Draws
 from sjdbench.decoding.state import Drafts
 from sjdbench.decoding.topologies.adaptive import check_adapt, narrowed, neighbour_run
 from sjdbench.decoding.topologies.forest import SELECT, ForestTopology, ancestor_mask
-from sjdbench.errors import UserError
+from sjdbench.errors import check_at_least, check_choice
 
 if TYPE_CHECKING:
     from sjdbench.adapter import SegmentLayout
@@ -55,12 +55,9 @@ class TreeConfig(PartConfig):
 
     def check(self) -> None:
         check_adapt(self.adapt)
-        if self.width < 1:
-            raise UserError(f"width must be >= 1, got {self.width}")
-        if self.depth < 1:
-            raise UserError(f"depth must be >= 1, got {self.depth}")
-        if self.select not in SELECT:
-            raise UserError(f"select '{self.select}' is unknown; choose one of: {', '.join(SELECT)}")
+        check_at_least("width", self.width, 1)
+        check_at_least("depth", self.depth, 1)
+        check_choice("select", self.select, SELECT)
 
 
 def tree_size(widths: list[int] | tuple[int, ...]) -> int:
