@@ -171,7 +171,7 @@ SLOW = pytest.mark.slow  # the fast suite runs a dynamic and a static tree, exac
         "eagle2",
         pytest.param("lantern_eagle", marks=SLOW),
         "lantern_pp",
-        "eagle2_adt",
+        pytest.param("eagle2_adt", marks=SLOW),
         pytest.param("lantern_adt", marks=SLOW),
     ],
 )
