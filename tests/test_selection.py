@@ -32,7 +32,7 @@ def test_the_topology_and_every_summary_field_filter(store):
     assert chosen(root, "decoder_lossless=false", baselines=False) == {ids["lantern"]}
     assert chosen(root, "decoder_family=sjd_vp", baselines=False) == {ids["vp"], ids["vp_n2"]}
     assert chosen(root, "n_samples=2", baselines=False) == {ids["partial"]}
-    assert chosen(root, "decoder.verifier.k=1000", baselines=False) == {ids["lantern"]}
+    assert chosen(root, "decoder.verifier.delta=0.1", baselines=False) == {ids["lantern"]}
 
 
 def test_run_ids_patterns_and_folders(store):

@@ -7,7 +7,7 @@ import torch
 from sjdbench.decoding.verifiers.exact import ExactVerifier
 from sjdbench.decoding.verifiers.greedy import GreedyVerifier
 from sjdbench.decoding.verifiers.gsd import GSDConfig, GSDVerifier
-from sjdbench.decoding.verifiers.lantern import LanternConfig, LanternVerifier, neighbour_table
+from sjdbench.decoding.verifiers.lantern import LanternConfig, LanternVerifier, model_k, neighbour_table
 from sjdbench.errors import UserError
 
 U_GRID = (torch.arange(20000, dtype=torch.float64) + 0.5).float() / 20000  # acceptance prob by quadrature
@@ -106,7 +106,7 @@ def test_lantern_tv_shift_is_bounded_by_delta(seed, one_hot, delta, reading):
 
 
 def test_lantern_moved_mass_is_the_neighbour_prefix():
-    verifier = lantern(6, 0.25, k=5)
+    verifier = lantern(6, 0.25, k=5)  # ours_all: all 5 other codes
     p = torch.tensor([[0.3, 0.1, 0.2, 0.15, 0.05, 0.2]])
     draft = torch.tensor([0])
     moved, included = verifier.moved_mass(p, draft)
@@ -243,3 +243,13 @@ def test_cool_sd_knobs_are_checked(knobs, needle):
     with pytest.raises(UserError) as error:
         CoolSDConfig(**knobs).check()
     assert needle in str(error.value)
+
+
+def test_lantern_k_defaults_to_the_released_share_of_the_codebook():
+    assert model_k(None, 16384) == model_k(None, 8192) == 1000  # the released k on the released books
+    assert model_k(None, 512) == 62  # the toy: 1000 in 8192, not every other code
+    assert model_k(None, 6) == 1 and model_k(4, 6) == 4
+    assert model_k(5, 6, "ours_all") == 5  # ours zero k neighbours: all K - 1 others is still a choice
+    refused = r"decoder.verifier.k=1000 .* codebook of 512 codes .* k <= 510, or k=null .*\(62"
+    with pytest.raises(UserError, match=refused):
+        model_k(1000, 512)

@@ -20,6 +20,15 @@ of four readings (`reading`):
   k neighbours, always (the paper's description read literally).
 - `ours_moved`: as `ours_all`, but q is zeroed only on A, the neighbours whose mass moved.
 
+`k` is a count of codes, and the released 1000 was set for codebooks of 8192 codes (Chameleon's:
+Lumina-mGPT, Anole) and 16384 (LlamaGen), a neighbourhood of 6-12 % of the book. `k: null` (every
+preset's) takes the model's value: 1000 on books of 8192 codes or more, and on a smaller book the
+same 1000-in-8192 share (62 of the toy's 512 codes). A fixed 1000 on the toy would name every other
+code a neighbour: the Lumina reading, which zeroes p on the k + 1 neighbours after a rejection,
+would then leave nothing but the uniform fallback (measured in docs/EVALUATION.md). An explicit k
+must leave codes outside the ones the reading zeroes (k <= K - 2 for the official readings, whose
+released code refuses more; k <= K - 1 for ours).
+
 The released code spreads an all-zero residual uniformly over its whole vocabulary (LlamaGen's is
 the codebook); we spread it over the model's image tokens, the only tokens a content cell may hold.
 The `ours_*` residuals fall back to p there (the case needs p <= q' everywhere, i.e. never arises
@@ -51,6 +60,8 @@ from sjdbench.decoding.processing import residual
 from sjdbench.errors import UserError, check_at_least, check_choice
 
 log = logging.getLogger(__name__)
+RELEASED_K = 1000  # jadohu/LANTERN's k
+RELEASED_BOOK = 8192  # the smallest codebook it was set for (Chameleon's VQGAN: Lumina-mGPT, Anole)
 READINGS = ("official_llamagen", "official_lumina", "ours_all", "ours_moved")
 OFFICIAL = ("official_llamagen", "official_lumina")
 LEGACY_ZERO_ON = {"all": "ours_all", "moved": "ours_moved"}  # the old knob zero_on -> reading
@@ -59,7 +70,7 @@ _explained: set[str] = set()
 
 @dataclass
 class LanternConfig(PartConfig):
-    k: int = 1000  # neighbourhood search size
+    k: Optional[int] = None  # neighbourhood search size; null: the model's (the released 1000, scaled to small books)
     delta: float = 0.1  # TV budget per token (> 1: LANTERN++ multiplicative bound)
     reading: str = "official_llamagen"  # official_llamagen | official_lumina | ours_all | ours_moved
     zero_on: Optional[str] = None  # old spelling of reading: all = ours_all, moved = ours_moved
@@ -72,7 +83,8 @@ class LanternConfig(PartConfig):
             self._fold_zero_on()
 
     def check(self) -> None:
-        check_at_least("k", self.k, 1)
+        if self.k is not None:
+            check_at_least("k", self.k, 1)
         check_at_least("delta", self.delta, 0)
         check_choice("reading", self.reading, READINGS)
 
@@ -97,6 +109,22 @@ class LanternConfig(PartConfig):
 
     def unused(self) -> set[str]:
         return {"zero_on"}  # folded into reading when the config is made
+
+
+def model_k(k: int | None, codebook_size: int, reading: str = "official_llamagen") -> int:
+    """The neighbourhood size in use on a book of `codebook_size` codes: the config's, else the released
+    1000 at its share of an 8192-code book (see the module docstring). An explicit k must leave codes
+    outside what the reading zeroes (k + 1 neighbours for the official readings, k for ours)."""
+    if k is None:
+        return max(1, min(RELEASED_K, round(RELEASED_K * codebook_size / RELEASED_BOOK)))
+    most = codebook_size - (2 if reading in OFFICIAL else 1)
+    if k > most:
+        raise UserError(
+            f"decoder.verifier.k={k} is more neighbours than the model's codebook of {codebook_size} codes "
+            f"leaves the reading {reading}: give k <= {most}, or k=null for the model's value "
+            f"({model_k(None, codebook_size)}: the released 1000 of 8192 codes at this book's size)"
+        )
+    return k
 
 
 def neighbour_table(codebook: torch.Tensor, k: int, cache_dir: Path | None = None, key: str = "") -> torch.Tensor:
@@ -146,7 +174,7 @@ class LanternVerifier(Verifier[LanternConfig]):
         super().__init__(config)
         device = image_token_ids.device
         self.delta, self.reading = config.delta, config.reading
-        self.k = min(config.k, neighbours.shape[1])
+        self.k = min(model_k(config.k, neighbours.shape[0], config.reading), neighbours.shape[1])
         self.neighbour_tokens = image_token_ids[neighbours.long().to(device)]  # (K, >= k) token ids
         self.code_of = torch.full((vocab_size,), -1, dtype=torch.long, device=device)
         self.code_of[image_token_ids] = torch.arange(image_token_ids.numel(), device=device)
@@ -156,7 +184,9 @@ class LanternVerifier(Verifier[LanternConfig]):
     def build(cls, config: LanternConfig, model: Any = None, **children: Any) -> LanternVerifier:
         from sjdbench.paths import cache_dir
 
-        table = neighbour_table(model.codebook(), config.k + 1, cache_dir(), model.name)
+        codebook = model.codebook()
+        k = model_k(config.k, codebook.shape[0], config.reading)
+        table = neighbour_table(codebook, k + 1, cache_dir(), model.name)
         return cls(config, table, model.image_token_ids, model.vocab_size)
 
     def moved_mass(self, p: torch.Tensor, drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
