@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import re
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -193,7 +193,7 @@ def fig_nfe_vs_growth_steps(runs: pd.DataFrame, numbers: pd.DataFrame) -> Plot |
     )
 
 
-def _recording(main: pd.DataFrame, column: str, recorded: Callable[[Sequence[float]], bool]) -> pd.DataFrame:
+def _recording(main: pd.DataFrame, column: str, recorded: Callable[[list | np.ndarray], bool]) -> pd.DataFrame:
     """The decoder runs whose `column` holds a list (one entry per position or length) that `recorded`
     accepts; runs written before the column existed hold none."""
     decoders = _decoders(main)
