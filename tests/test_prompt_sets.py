@@ -117,7 +117,7 @@ def test_coco2014_30k_reads_one_caption_per_line_verbatim(tmp_path):
 def test_fetch_verifies_the_pinned_checksum_and_fails_offline_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("SJDBENCH_CACHE", str(tmp_path))
     content = (DATA / "parti_fixture.tsv").read_bytes()
-    remote = fetch.RemoteFile("parti", "PartiPrompts.tsv", "https://example.invalid/P.tsv", "0" * 64, "test")
+    remote = fetch.RemoteFile("parti", "https://example.invalid/PartiPrompts.tsv", "0" * 64, "test")
 
     def offline(url, timeout):
         raise urllib.error.URLError("Name or service not known")
@@ -132,9 +132,7 @@ def test_fetch_verifies_the_pinned_checksum_and_fails_offline_in_one_line(tmp_pa
     with pytest.raises(UserError, match="not the pinned"):  # wrong bytes are never saved
         fetch.fetch(remote)
     assert not remote.cached().exists()
-    pinned = fetch.RemoteFile(
-        "parti", "PartiPrompts.tsv", remote.url, fetch.sha256_of(DATA / "parti_fixture.tsv"), "test"
-    )
+    pinned = fetch.RemoteFile("parti", remote.url, fetch.sha256_of(DATA / "parti_fixture.tsv"), "test")
     assert fetch.fetch(pinned).read_bytes() == content
     prompts, _ = load_prompts(compose_run(["data=parti"]).data)  # now found in the cache
     assert len(prompts) == 5

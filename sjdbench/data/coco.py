@@ -32,7 +32,6 @@ ANNOTATIONS_URL = "http://images.cocodataset.org/annotations/annotations_trainva
 LLAMAGEN_COMMIT = "ce98ec41803a74a90ce68c40ababa9eaeffeb4ec"
 COCO2014_30K = RemoteFile(
     data_name="coco2014_30k",
-    filename="coco_captions.csv",
     url=f"https://raw.githubusercontent.com/FoundationVision/LlamaGen/{LLAMAGEN_COMMIT}/evaluations/t2i/coco_captions.csv",
     sha256="716e8ab3703f1a987cc5068f9be5def6104dbe21e943708005beec426feb3ac5",
     source="FoundationVision/LlamaGen (captions: COCO, CC BY 4.0)",

@@ -22,10 +22,14 @@ class RemoteFile:
     """A public file pinned by commit and checksum."""
 
     data_name: str  # the prompt set it feeds (data=<name>)
-    filename: str
     url: str
     sha256: str
     source: str  # where it comes from, for people
+
+    @property
+    def filename(self) -> str:
+        """The name the url gives the file: the cached copy and the messages use it."""
+        return self.url.rsplit("/", 1)[-1]
 
     def cached(self) -> Path:
         return cache_dir() / "data" / self.filename

@@ -23,7 +23,6 @@ COMMIT = (
 )
 PARTI = RemoteFile(
     data_name="parti",
-    filename="PartiPrompts.tsv",
     url=f"https://raw.githubusercontent.com/google-research/parti/{COMMIT}/PartiPrompts.tsv",
     sha256="fab29e41bb512a169b56acab4cf2a41dcb675e285df2efcde6640c7dd3c440eb",
     source="google-research/parti (Apache-2.0)",

@@ -9,28 +9,14 @@ L2-normalised codebook, as LlamaGen's `decode_code` does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sjdbench.models.vq_blocks import (
-    AttnBlock,
-    Downsample,
-    ResnetBlock,
-    Upsample,
-    VQModel,
-    fill_level,
-    group_norm,
-    load_exact,
-    read_checkpoint,
-    swish,
-    through_level,
-)
+from sjdbench.models.vq_blocks import VQ16_LAYOUT, Decoder, Encoder, Levels, VQModel, load_exact, read_checkpoint
 
 
 @dataclass
@@ -46,6 +32,11 @@ class VQ16Config:
     @property
     def downsampling(self) -> int:
         return 2 ** (len(self.ch_mult) - 1)
+
+    def levels(self) -> Levels:
+        """The encoder's and the decoder's levels: attention at the coarsest one only."""
+        n = len(self.ch_mult)
+        return Levels(self.ch, self.ch_mult, self.num_res_blocks, [i == n - 1 for i in range(n)])
 
     @classmethod
     def from_state(cls, state: dict[str, torch.Tensor]) -> VQ16Config:
@@ -67,78 +58,6 @@ class VQ16Config:
         )
 
 
-class _Level(nn.Module):
-    downsample: nn.Module  # set by the Encoder on every level but the last
-    upsample: nn.Module  # set by the Decoder on every level but the first
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.res = nn.ModuleList()
-        self.attn = nn.ModuleList()
-
-
-def _middle(channels: int) -> nn.ModuleList:
-    return nn.ModuleList([ResnetBlock(channels, channels), AttnBlock(channels), ResnetBlock(channels, channels)])
-
-
-class Encoder(nn.Module):
-    def __init__(self, cfg: VQ16Config) -> None:
-        super().__init__()
-        levels = len(cfg.ch_mult)
-        in_mult = (1, *cfg.ch_mult)
-        self.conv_in = nn.Conv2d(3, cfg.ch, 3, padding=1)
-        self.conv_blocks = nn.ModuleList()
-        for i in range(levels):
-            level, channels = _Level(), cfg.ch * in_mult[i]
-            out, attention = cfg.ch * cfg.ch_mult[i], i == levels - 1  # attention at the coarsest level only
-            channels = fill_level(level.res, level.attn, channels, out, cfg.num_res_blocks, attention)
-            if i != levels - 1:
-                level.downsample = Downsample(channels)
-            self.conv_blocks.append(level)
-        self.mid = _middle(channels)
-        self.norm_out = group_norm(channels)
-        self.conv_out = nn.Conv2d(channels, cfg.z_channels, 3, padding=1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.conv_in(x)
-        for i, level in enumerate(cast(Iterable[_Level], self.conv_blocks)):
-            h = through_level(h, level.res, level.attn)
-            if i != len(self.conv_blocks) - 1:
-                h = level.downsample(h)
-        for block in self.mid:
-            h = block(h)
-        return self.conv_out(swish(self.norm_out(h)))
-
-
-class Decoder(nn.Module):
-    def __init__(self, cfg: VQ16Config) -> None:
-        super().__init__()
-        levels = len(cfg.ch_mult)
-        channels = cfg.ch * cfg.ch_mult[-1]
-        self.conv_in = nn.Conv2d(cfg.z_channels, channels, 3, padding=1)
-        self.mid = _middle(channels)
-        self.conv_blocks = nn.ModuleList()
-        for i in reversed(range(levels)):  # coarsest level first
-            level = _Level()
-            out, attention = cfg.ch * cfg.ch_mult[i], i == levels - 1  # attention at the coarsest level only
-            channels = fill_level(level.res, level.attn, channels, out, cfg.num_res_blocks + 1, attention)
-            if i != 0:
-                level.upsample = Upsample(channels)
-            self.conv_blocks.append(level)
-        self.norm_out = group_norm(channels)
-        self.conv_out = nn.Conv2d(channels, 3, 3, padding=1)
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        h = self.conv_in(z)
-        for block in self.mid:
-            h = block(h)
-        for i, level in enumerate(cast(Iterable[_Level], self.conv_blocks)):
-            h = through_level(h, level.res, level.attn)
-            if i != len(self.conv_blocks) - 1:
-                h = level.upsample(h)
-        return self.conv_out(swish(self.norm_out(h)))
-
-
 class Quantizer(nn.Module):
     def __init__(self, cfg: VQ16Config) -> None:
         super().__init__()
@@ -153,7 +72,10 @@ class VQ16(VQModel):
     quantize: Quantizer
 
     def __init__(self, cfg: VQ16Config) -> None:
-        super().__init__(Encoder(cfg), Decoder(cfg), Quantizer(cfg), cfg.z_channels, cfg.codebook_embed_dim)
+        levels = cfg.levels()
+        encoder = Encoder(VQ16_LAYOUT, levels, in_channels=3, out_channels=cfg.z_channels)
+        decoder = Decoder(VQ16_LAYOUT, levels, z_channels=cfg.z_channels, out_channels=3)
+        super().__init__(encoder, decoder, Quantizer(cfg), cfg.z_channels, cfg.codebook_embed_dim)
         self.cfg = cfg
 
     def code_vectors(self, codes: torch.Tensor) -> torch.Tensor:

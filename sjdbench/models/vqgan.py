@@ -9,27 +9,13 @@ discriminator weights a training checkpoint may carry are skipped by name).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 import torch
 from torch import nn
 
-from sjdbench.models.vq_blocks import (
-    AttnBlock,
-    Downsample,
-    ResnetBlock,
-    Upsample,
-    VQModel,
-    fill_level,
-    group_norm,
-    load_exact,
-    read_checkpoint,
-    swish,
-    through_level,
-)
+from sjdbench.models.vq_blocks import META_LAYOUT, Decoder, Encoder, Levels, VQModel, load_exact, read_checkpoint
 
 
 @dataclass
@@ -72,87 +58,15 @@ class VQGANConfig:
     def downsampling(self) -> int:
         return 2 ** (len(self.ch_mult) - 1)
 
-
-class _Level(nn.Module):
-    """One resolution level: `block` resnets, `attn` blocks, and its resampler (named by the caller)."""
-
-    downsample: nn.Module  # set by the Encoder on every level but the last
-    upsample: nn.Module  # set by the Decoder on every level but the first
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.block = nn.ModuleList()
-        self.attn = nn.ModuleList()
-
-
-class _Middle(nn.Module):
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.block_1 = ResnetBlock(channels, channels)
-        self.attn_1 = AttnBlock(channels)
-        self.block_2 = ResnetBlock(channels, channels)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.block_2(self.attn_1(self.block_1(h)))
-
-
-class Encoder(nn.Module):
-    def __init__(self, cfg: VQGANConfig) -> None:
-        super().__init__()
-        self.conv_in = nn.Conv2d(cfg.in_channels, cfg.ch, 3, padding=1)
-        in_mult = (1, *cfg.ch_mult)
-        res = cfg.resolution
-        self.down = nn.ModuleList()
-        for i, mult in enumerate(cfg.ch_mult):
-            level, channels = _Level(), cfg.ch * in_mult[i]
-            attention = res in cfg.attn_resolutions
-            channels = fill_level(level.block, level.attn, channels, cfg.ch * mult, cfg.num_res_blocks, attention)
-            if i != len(cfg.ch_mult) - 1:
-                level.downsample = Downsample(channels)
-                res //= 2
-            self.down.append(level)
-        self.mid = _Middle(channels)
-        self.norm_out = group_norm(channels)
-        self.conv_out = nn.Conv2d(channels, 2 * cfg.z_channels if cfg.double_z else cfg.z_channels, 3, padding=1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.conv_in(x)
-        for i, level in enumerate(cast(Iterable[_Level], self.down)):
-            h = through_level(h, level.block, level.attn)
-            if i != len(self.down) - 1:
-                h = level.downsample(h)
-        return self.conv_out(swish(self.norm_out(self.mid(h))))
-
-
-class Decoder(nn.Module):
-    def __init__(self, cfg: VQGANConfig) -> None:
-        super().__init__()
-        levels = len(cfg.ch_mult)
-        channels = cfg.ch * cfg.ch_mult[-1]
-        res = cfg.resolution // cfg.downsampling
-        self.conv_in = nn.Conv2d(cfg.z_channels, channels, 3, padding=1)
-        self.mid = _Middle(channels)
-        up: list[_Level] = []
-        for i in reversed(range(levels)):  # built from the coarsest level; stored finest-first
-            level = _Level()
-            out, attention = cfg.ch * cfg.ch_mult[i], res in cfg.attn_resolutions
-            channels = fill_level(level.block, level.attn, channels, out, cfg.num_res_blocks + 1, attention)
-            if i != 0:
-                level.upsample = Upsample(channels)
-                res *= 2
-            up.insert(0, level)
-        self.up = nn.ModuleList(up)
-        self.norm_out = group_norm(channels)
-        self.conv_out = nn.Conv2d(channels, cfg.out_ch, 3, padding=1)
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        h = self.mid(self.conv_in(z))
-        for i in reversed(range(len(self.up))):
-            level = cast(_Level, self.up[i])
-            h = through_level(h, level.block, level.attn)
-            if i != 0:
-                h = level.upsample(h)
-        return self.conv_out(swish(self.norm_out(h)))
+    def levels(self) -> tuple[Levels, Levels]:
+        """The encoder's and the decoder's levels, with attention where the resolution is one of
+        attn_resolutions: the encoder halves `resolution` level by level, the decoder doubles the
+        latents' side, as the original does."""
+        n, coarsest = len(self.ch_mult), self.resolution // self.downsampling
+        down = [self.resolution // 2**i in self.attn_resolutions for i in range(n)]
+        up = [coarsest * 2 ** (n - 1 - i) in self.attn_resolutions for i in range(n)]
+        widths = (self.ch, self.ch_mult, self.num_res_blocks)
+        return Levels(*widths, down), Levels(*widths, up)
 
 
 class Quantizer(nn.Module):
@@ -165,7 +79,11 @@ class ChameleonVQGAN(VQModel):
     quantize: Quantizer
 
     def __init__(self, cfg: VQGANConfig) -> None:
-        super().__init__(Encoder(cfg), Decoder(cfg), Quantizer(cfg), cfg.z_channels, cfg.embed_dim)
+        down, up = cfg.levels()
+        latents = 2 * cfg.z_channels if cfg.double_z else cfg.z_channels
+        encoder = Encoder(META_LAYOUT, down, in_channels=cfg.in_channels, out_channels=latents)
+        decoder = Decoder(META_LAYOUT, up, z_channels=cfg.z_channels, out_channels=cfg.out_ch)
+        super().__init__(encoder, decoder, Quantizer(cfg), cfg.z_channels, cfg.embed_dim)
         self.cfg = cfg
 
     def code_vectors(self, codes: torch.Tensor) -> torch.Tensor:

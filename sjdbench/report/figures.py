@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +90,16 @@ def _against(runs: pd.DataFrame, axis: str, drop: str) -> dict[str, pd.DataFrame
     return series
 
 
+def _log2_axis(axes, series: dict[str, pd.DataFrame], column: str) -> None:
+    """A log2 x axis (windows and batch sizes are powers of two) ticked, in plain numbers, at the
+    values of `column` the series were run at."""
+    ticks = sorted({int(v) for members in series.values() for v in members[column]})
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks)
+        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+
+
 def fig_speedup_vs_window(runs: pd.DataFrame, numbers: pd.DataFrame) -> Plot | str:
     """Speedup (with CI) and step compression against W, one line per decoder."""
     series = _against(numbers, "spec.window", "W")
@@ -105,10 +116,7 @@ def fig_speedup_vs_window(runs: pd.DataFrame, numbers: pd.DataFrame) -> Plot | s
             windows, speed, yerr=[speed - lo, hi - speed], marker="o", capsize=3, color=palette[name], label=name
         )
         right.plot(windows, members["step_compression"].astype(float), marker="o", color=palette[name], label=name)
-    for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted({int(w) for m in series.values() for w in m["window"]}))
-        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    _log2_axis((left, right), series, "window")
     left.axhline(1.0, color="grey", lw=0.8, ls="--")
     _finish(left, "window W", "latency speedup over AR (95 % CI)")
     _finish(right, "window W", "step compression (AR tokens / NFE)", legend=False)
@@ -144,10 +152,7 @@ def fig_throughput_vs_batch(numbers: pd.DataFrame) -> Plot | str:
         left.plot(sizes, members["images_per_s"].astype(float), **style)
         if name != "ar":
             right.plot(sizes, members["speedup"].astype(float), **style)
-    for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted({int(b) for m in series.values() for b in m["batch_size"]}))
-        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    _log2_axis((left, right), series, "batch_size")
     left.set_yscale("log")
     right.axhline(1.0, color="grey", lw=0.8, ls="--")
     _finish(left, "batch size B", "images per decoding second")
@@ -188,16 +193,43 @@ def fig_nfe_vs_growth_steps(runs: pd.DataFrame, numbers: pd.DataFrame) -> Plot |
     )
 
 
-def fig_acceptance_by_position(main: pd.DataFrame) -> Plot | str:
+def _recording(main: pd.DataFrame, column: str, recorded: Callable[[list | np.ndarray], bool]) -> pd.DataFrame:
+    """The decoder runs whose `column` holds a list (one entry per position or length) that `recorded`
+    accepts; runs written before the column existed hold none."""
     decoders = _decoders(main)
-    decoders = decoders[decoders["slot_acceptance"].map(lambda v: isinstance(v, (list, np.ndarray)) and len(v) > 0)]
-    if decoders.empty:
-        return "no decoder run records acceptance per window position"
+    return decoders[decoders[column].map(lambda v: isinstance(v, (list, np.ndarray)) and recorded(v))]
+
+
+def _curve_per_run(decoders: pd.DataFrame, curve: Callable[[pd.Series], tuple[np.ndarray, np.ndarray]], **style):
+    """(figure, axes) with one line per decoder run, its points from `curve(run)` as (x, y)."""
     palette = colours(decoders["decoder"])
     figure, ax = plt.subplots(figsize=(7, 4))
     for _, run in decoders.iterrows():
-        rates = np.array([np.nan if v is None else v for v in run["slot_acceptance"]], dtype=float)
-        ax.plot(np.arange(1, rates.size + 1), rates, marker=".", color=palette[run["decoder"]], label=run["decoder"])
+        x, y = curve(run)
+        ax.plot(x, y, color=palette[run["decoder"]], label=run["decoder"], **style)
+    return figure, ax
+
+
+def _acceptance_by_position(run: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(window positions 1.., acceptance there); a position no draft reached is a gap (NaN)."""
+    rates = np.array([np.nan if v is None else v for v in run["slot_acceptance"]], dtype=float)
+    return np.arange(1, rates.size + 1), rates
+
+
+def _accepted_length_shares(run: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens committed in one iteration, share of iterations), lengths from 1 that occurred: on a
+    log axis empty bins are left out, not drawn at -inf."""
+    counts = np.asarray(run["accept_len_hist"], dtype=float)
+    lengths = np.arange(counts.size)
+    keep = (lengths >= 1) & (counts > 0)
+    return lengths[keep], (counts / counts.sum())[keep]
+
+
+def fig_acceptance_by_position(main: pd.DataFrame) -> Plot | str:
+    decoders = _recording(main, "slot_acceptance", lambda rates: len(rates) > 0)
+    if decoders.empty:
+        return "no decoder run records acceptance per window position"
+    figure, ax = _curve_per_run(decoders, _acceptance_by_position, marker=".")
     ax.set_ylim(0, 1.02)
     _finish(ax, "draft position in the window (1 = first draft)", "acceptance rate")
     figure.tight_layout()
@@ -210,18 +242,10 @@ def fig_acceptance_by_position(main: pd.DataFrame) -> Plot | str:
 
 
 def fig_accepted_length_hist(main: pd.DataFrame) -> Plot | str:
-    decoders = _decoders(main)
-    decoders = decoders[decoders["accept_len_hist"].map(lambda v: isinstance(v, (list, np.ndarray)) and sum(v) > 0)]
+    decoders = _recording(main, "accept_len_hist", lambda counts: sum(counts) > 0)
     if decoders.empty:
         return "no decoder run records accepted lengths"
-    palette = colours(decoders["decoder"])
-    figure, ax = plt.subplots(figsize=(7, 4))
-    for _, run in decoders.iterrows():
-        counts = np.asarray(run["accept_len_hist"], dtype=float)
-        share = counts / counts.sum()
-        lengths = np.arange(counts.size)
-        keep = (lengths >= 1) & (counts > 0)  # log axis: empty bins are left out, not drawn at -inf
-        ax.plot(lengths[keep], share[keep], marker="o", ms=3, lw=1, color=palette[run["decoder"]], label=run["decoder"])
+    figure, ax = _curve_per_run(decoders, _accepted_length_shares, marker="o", ms=3, lw=1)
     ax.set_yscale("log")
     _finish(ax, "tokens committed in one iteration", "share of iterations")
     figure.tight_layout()

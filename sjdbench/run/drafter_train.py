@@ -58,38 +58,38 @@ class DrafterTrainConfig:
     log_every: int = 10
 
 
+# the target config's fields a drafter layer copies, in DrafterConfig's order (hidden size,
+# intermediate size, attention heads, key/value heads, vocabulary, RMSNorm eps, rotary theta):
+# our ChameleonLM's are the transformers names, our Llama's (toy, debug) Meta's, one head count for both
+_TARGET_FIELDS = {
+    "chameleon": (
+        "hidden_size",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "vocab_size",
+        "rms_norm_eps",
+        "rope_theta",
+    ),
+    "llama": ("dim", "hidden_dim", "n_heads", "n_heads", "vocab_size", "norm_eps", "rope_theta"),
+}
+
+
 def drafter_config_for(adapter: Any) -> DrafterConfig:
     """A drafter of the target's family and width: the Chameleon layer for Chameleon models, the
     LLaMA layer otherwise (1-D rotary at the target's theta; LlamaGen's 2-D table where it has one)."""
     lm = getattr(adapter, "lm", None)
     model = getattr(adapter, "model", None)
     if lm is not None and hasattr(lm, "cfg") and hasattr(lm.cfg, "num_attention_heads"):  # our ChameleonLM
-        c = lm.cfg
-        return DrafterConfig(
-            "chameleon",
-            c.hidden_size,
-            c.intermediate_size,
-            c.num_attention_heads,
-            c.num_key_value_heads,
-            c.vocab_size,
-            rms_norm_eps=c.rms_norm_eps,
-            rope_theta=c.rope_theta,
+        family, target = "chameleon", lm.cfg
+    elif model is not None and hasattr(model, "cfg") and hasattr(model.cfg, "hidden_dim"):  # our Llama (toy, debug)
+        family, target = "llama", model.cfg
+    else:
+        raise ValueError(
+            f"no drafter architecture is defined for model '{adapter.name}'; train one for toy, debug or anole"
         )
-    if model is not None and hasattr(model, "cfg") and hasattr(model.cfg, "hidden_dim"):  # our Llama (toy, debug)
-        c = model.cfg
-        return DrafterConfig(
-            "llama",
-            c.dim,
-            c.hidden_dim,
-            c.n_heads,
-            c.n_heads,
-            c.vocab_size,
-            rms_norm_eps=c.norm_eps,
-            rope_theta=c.rope_theta,
-        )
-    raise ValueError(
-        f"no drafter architecture is defined for model '{adapter.name}'; train one for toy, debug or anole"
-    )
+    hidden, intermediate, heads, kv_heads, vocab, eps, theta = (getattr(target, f) for f in _TARGET_FIELDS[family])
+    return DrafterConfig(family, hidden, intermediate, heads, kv_heads, vocab, rms_norm_eps=eps, rope_theta=theta)
 
 
 def _lr(step: int, total: int, cfg: DrafterTrainConfig) -> float:
