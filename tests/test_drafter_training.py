@@ -141,3 +141,22 @@ def test_the_command_refuses_the_package_folder_in_one_line():
     result = CliRunner().invoke(app, ["toy", "train-drafter", "--out", str(WEIGHTS_DIR), "--steps", "1"])
     assert result.exit_code == 2 and "shipped toy drafter" in result.output
     assert {p.name: p.stat().st_mtime_ns for p in WEIGHTS_DIR.iterdir()} == before
+
+
+@pytest.mark.parametrize(
+    "options, line",
+    [
+        (["--steps", "-1"], "--steps must be at least 1 (optimizer steps), got -1"),
+        (["--minutes", "0"], "--minutes must be at least 0.1 (the time budget), got 0"),
+        (["--threads", "0"], "--threads must be at least 1 (CPU threads), got 0"),
+        (["--samples", "0"], "--samples must be at least 1 (self-distilled training samples), got 0"),
+    ],
+)
+def test_the_command_refuses_meaningless_counts_before_it_starts(tmp_path, options, line):
+    from typer.testing import CliRunner
+
+    from sjdbench.cli.commands import app
+
+    result = CliRunner().invoke(app, ["toy", "train-drafter", "--out", str(tmp_path / "d"), *options])
+    assert result.exit_code == 2 and line in result.output
+    assert not (tmp_path / "d").exists()  # nothing generated or trained

@@ -210,6 +210,8 @@ def train_drafter(
     from sjdbench.run.drafter_training import train_for_model
 
     one_budget(steps, minutes)
+    check_training(out, steps, minutes, threads)
+    check_options(samples=(samples, 1, "self-distilled training samples"))
     try:
         train_for_model(
             overrides or [],
