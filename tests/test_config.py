@@ -81,7 +81,7 @@ def test_a_knob_is_set_without_a_plus_and_typed_by_its_dataclass():
     """The composed tree holds the chosen part's knobs with their dataclass defaults, under the
     preset's own settings: every command line that set a knob keeps working."""
     config = compose_run(["decoder=zipar", "decoder/verifier=lantern", "decoder.verifier.delta=0.2"])
-    assert config.decoder.verifier["delta"] == 0.2 and config.decoder.verifier["k"] == 1000
+    assert config.decoder.verifier["delta"] == 0.2 and config.decoder.verifier["reading"] == "official_llamagen"
     assert config.decoder.topology["row_window"] == 1 and config.decoder.topology["row_start"] == 8  # preset, default
     assert decoder_spec(config).topology.config.emit == "all"
 

@@ -164,10 +164,10 @@ def make_decoder(kind: str, adapter=None) -> Decoder:
         return replace(
             make_decoder("sjd_pac"),
             init=part("init", "random"),
-            verifier=part("verifier", "lantern", adapter, k=3, delta=0.1),
+            verifier=part("verifier", "lantern", adapter, k=2, delta=0.1),
         )
     if kind == "lantern":
-        return replace(base, verifier=part("verifier", "lantern", adapter, k=3, delta=0.1))
+        return replace(base, verifier=part("verifier", "lantern", adapter, k=2, delta=0.1))
     if kind == "gsd":
         return replace(base, verifier=part("verifier", "gsd", adapter, group_size=3, p_thr=0.15, d_thr=10.0))
     if kind == "sjd_pv":  # phrases: the 6 likeliest consecutive pairs of exact AR

@@ -282,12 +282,16 @@ def test_every_setting_that_differs_is_named(compared):
     assert first.loc[ids["sjd"], "not_stated"] == "resolution, metric protocol"
     assert first.loc[ids["sjd32"], "differs"] == "top-k: 100 vs 2000; GPU: none (cpu) vs H100"
     assert first.loc[ids["sjd32"], "not_stated"] == "resolution"
-    assert first.loc[ids["lantern"], "differs"] == "δ: 0.1 vs 0.2"
+    # k null: the model's value, which the run does not store, beside the row's 1000
+    assert first.loc[ids["lantern"], "differs"] == "δ: 0.1 vs 0.2; k: – vs 1000"
     assert first.loc[ids["lantern"], "not_stated"] == "resolution, W, top-k, CFG, temperature, prompts, GPU, lossless"
     lantern_row = load_reference(str(table_path)).rows[3]
     runs = runs_frame(base / "results", rows=True).set_index("run_id", drop=False)
     claimed = differences(dataclasses.replace(lantern_row, lossless=True), runs.loc[ids["lantern"]])
-    assert claimed.differ == ["δ: 0.1 vs 0.2", "lossless: no vs yes"] and "lossless" not in claimed.unstated
+    assert (
+        claimed.differ == ["δ: 0.1 vs 0.2", "k: – vs 1000", "lossless: no vs yes"]
+        and "lossless" not in claimed.unstated
+    )
     assert pd.isna(first.loc[ids["ar"], "differs"])  # nothing it states differs (top-k 100, CFG 3, lossless)
     notes = report.reference[0].notes
     pair = 2 if ids["sjd"] < ids["sjd32"] else 3
