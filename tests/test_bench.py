@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_decoders.py"
 
 
+@pytest.mark.slow  # about 9 s: runs the benchmark script
 def test_bench_script_runs_and_prints_latency_overhead_and_window_cost(tmp_path):
     fragment = tmp_path / "docs" / "bench_decoders.md"
     args = [

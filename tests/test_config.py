@@ -184,6 +184,7 @@ def test_knobs_the_decoder_does_not_read_do_not_split_runs():
     )
 
 
+@pytest.mark.slow  # about 16 s: composes every preset twice
 def test_a_new_knob_rekeys_only_the_decoders_that_use_its_part(monkeypatch):
     """Adding a field to LANTERN's config changes the ids of LANTERN runs and of no other run."""
     from sjdbench.decoding.verifiers import lantern

@@ -392,6 +392,7 @@ def test_progress_lines_when_output_is_not_a_terminal(tmp_path):
     assert "run debug-sjd-" in result.stdout and "2 of 8 samples of the prompt set stored" in result.stdout
 
 
+@pytest.mark.slow  # about 25 s; test_runner.py::test_kill_during_run_then_resume keeps resume in make test
 def test_ctrl_c_says_how_far_it_got_and_the_rerun_resumes(tmp_path):
     # 8 prompts x 10 samples: long enough (seconds) that the interrupt lands mid-run on a fast machine
     args = [

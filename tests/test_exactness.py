@@ -330,7 +330,10 @@ def test_rows_that_never_overlap_are_ar(exact):
     assert p_value > P_PASS
 
 
-@pytest.mark.parametrize("kind,n", [("zipar", N_FAST // 4), pytest.param("pjd", N_FAST, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "kind,n",
+    [pytest.param("zipar", N_FAST // 4, marks=pytest.mark.slow), pytest.param("pjd", N_FAST, marks=pytest.mark.slow)],
+)
 def test_rows_in_flight_are_lossy_and_their_tv_is_measured(kind, n, exact):
     """Rows that overlap sample from a partial context (the row above is decided only in part): the
     chi-square test rejects them and the TV from AR is above an exact sampler's noise floor. The

@@ -18,6 +18,9 @@ from sjdbench.eval.score import score
 REFERENCE = [5, 40, 80, 120, 160, 200, 240, 250]
 
 
+pytestmark = pytest.mark.slow  # about 20 s: decodes and scores two toy runs
+
+
 @pytest.fixture(scope="module")
 def toy_store(tmp_path_factory):
     """AR (seeds 0 and 1) and SJD on two smoke prompts, eight constant reference images and a tiny

@@ -34,6 +34,7 @@ def test_grid_expansion_grammar():
     assert grid["decoder"] == ["sjd", "sjd_adt", "sjd_pac", "sjd_pp", "sjd_pv", "sjd_vp"]
 
 
+@pytest.mark.slow  # about 13 s: composes every preset
 def test_presets_expand_and_user_words_win():
     grid, fixed = parse_words(["+sweep=window", "decoder.window=8"])
     assert grid == {"decoder": ["sjd", "sjd_vp"]} and "decoder.window=8" in fixed
@@ -106,6 +107,7 @@ def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, tim
     assert any("out of memory" in (v["error"] or "") for v in status_file.values())
 
 
+@pytest.mark.slow  # about 13 s: two submitit processes
 def test_submitit_local_executor_runs_two_jobs(tmp_path):
     pytest.importorskip("submitit")
     plan = build_plan(words(tmp_path, "decoder=sjd", "decoder.window=2"))

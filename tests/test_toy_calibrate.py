@@ -2,10 +2,13 @@
 
 import json
 
+import pytest
+
 from sjdbench.models.toy.model import build_toy_adapter
 from sjdbench.run.toy_calibration import image_sets, sjd_runs
 
 
+@pytest.mark.slow  # about 7 s: decodes a calibration set
 def test_calibration_runs_are_ordinary_resumable_runs(tmp_path):
     adapter = build_toy_adapter()
     stats, rows = sjd_runs(adapter, 2, 16, tmp_path)

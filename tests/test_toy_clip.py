@@ -38,6 +38,7 @@ def test_toy_clip_detects_swapped_colours_and_shapes():
     assert shape["accuracy"] > 0.65  # shipped: 0.82 on 256 held-out renders; chance 0.17
 
 
+@pytest.mark.slow  # about 8 s: a short training
 def test_train_toy_clip_writes_loadable_weights(tmp_path):
     from sjdbench.toyworld.clip import CLIP_FILE, CLIP_META, train_toy_clip
 
