@@ -203,6 +203,7 @@ def test_a_new_knob_rekeys_only_the_decoders_that_use_its_part(monkeypatch):
     assert changed == {"lantern", "lantern_vp", "lantern_pac", "lantern_eagle", "lantern_pp", "lantern_adt"}
 
 
+@pytest.mark.slow  # about 6 s: composes every preset
 def test_labels_name_the_knobs_that_differ_from_the_preset():
     assert label(compose_run(["decoder=sjd_vp"])) == "sjd_vp"
     assert (

@@ -383,6 +383,7 @@ def test_errors_are_one_physical_line_when_output_is_not_a_terminal(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow  # about 7 s; one-line errors off a terminal stay in make test
 def test_progress_lines_when_output_is_not_a_terminal(tmp_path):
     result = sjdbench("run", *DEBUG, f"results_dir={tmp_path}")
     assert result.returncode == 0, result.stderr

@@ -378,7 +378,7 @@ def test_exact_sampler_is_rejected_at_the_tests_level(n, exact):
     "kind,per_token_bound",
     [
         ("lantern", 0.1),
-        ("gsd", None),
+        pytest.param("gsd", None, marks=pytest.mark.slow),
         pytest.param("cool_sd", 0.1, marks=pytest.mark.slow),
         pytest.param("sjd_pv", None, marks=pytest.mark.slow),
     ],

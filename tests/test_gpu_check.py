@@ -174,6 +174,7 @@ def test_bad_shares_are_refused_in_one_line(capsys):
         script.parse_shares(["toy=half"])
 
 
+@pytest.mark.slow  # about 13 s: a subprocess without the evaluation packages
 def test_the_cli_runs_without_the_evaluation_packages(tmp_path):
     """Importing sjdbench, composing a run and decoding it need neither open_clip nor torch-fidelity."""
     sjdbench = str(ROOT / "sjdbench" / "__main__.py")

@@ -332,6 +332,7 @@ def test_compare_reference_in_the_python_api_is_the_reports_frame(compared):
     assert set(only_sjd["run_id"]) == {ids["sjd"], ids["sjd32"], ids["ar"]}  # the selection and its AR baseline
 
 
+@pytest.mark.slow  # about 6 s: the whole report command
 def test_report_reference_on_the_command_line(compared, tmp_path):
     ids, _, _, base, table_path = compared
     result = runner.invoke(
