@@ -26,11 +26,11 @@ TEST_WORKERS ?= 2
 
 test: $(BIN)/python
 	@$(BIN)/python -c "import sjdbench, xdist" 2>/dev/null || $(MAKE) install
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow and not gpu"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow and not gpu"
 
 test-all: $(BIN)/python
 	@$(BIN)/python -c "import sjdbench, xdist" 2>/dev/null || $(MAKE) install
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not gpu"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not gpu"
 
 # ruff (lint and format check) over the code, mypy over the package
 lint: $(BIN)/python

@@ -60,6 +60,7 @@ def test_bench_script_runs_and_prints_latency_overhead_and_window_cost(tmp_path)
     assert block.splitlines() == lines
 
 
+@pytest.mark.slow  # about 5 s
 def test_benchmarks_take_their_presets_from_the_decoder_config_group(tmp_path, monkeypatch):
     """The benchmarks and the study compare every preset of the `decoder` group but AR, so a preset
     added there (here, in an SJDBENCH_CONFIG_PATH directory) joins them without an edit."""

@@ -159,6 +159,7 @@ def equivalence_column(out, header="equivalence (±1)") -> dict[str, str]:
     return dict(zip(quality["run_id"], quality[header])) if header in quality else {}
 
 
+@pytest.mark.slow  # about 4 s: a whole report
 def test_the_report_says_equivalent_where_the_data_show_it(tmp_path):
     root = tmp_path / "results"
     ids = scored_store(root)

@@ -316,6 +316,7 @@ def test_tree_uniform_bonus_is_detected(exact):
     check_broken_detected(N_FAST // 4, exact, 1e-6, "tree_uniform_bonus")
 
 
+@pytest.mark.slow  # about 7 s; the rows presets run in make test through test_topologies
 def test_rows_that_never_overlap_are_ar(exact):
     """ZipAR whose next row starts only after the row above is complete samples each token from the
     full context: it passes the test (which shows the rows machinery itself adds no error)."""

@@ -99,6 +99,7 @@ def test_image_grid_rows_are_decoders_and_columns_prompts(frames):
     figs.plt.close(plot.figure)
 
 
+@pytest.mark.slow  # about 4 s: every figure drawn
 def test_report_html_links_only_files_that_exist(frames, tmp_path):
     root = frames[0]
     out = tmp_path / "report"

@@ -101,6 +101,7 @@ def test_torn_last_line_is_ignored(tmp_path):
     assert read_jsonl(path) == [{"prompt_id": 0}]
 
 
+@pytest.mark.slow  # about 16 s: a killed subprocess; store resumption stays in make test (test_reliability)
 def test_kill_during_run_then_resume(tmp_path):
     """A real SIGKILL in the middle of `sjdbench run`, then the same command completes the run."""
     args = [sys.executable, "-m", "sjdbench", "run", *SMALL, f"results_dir={tmp_path}", "--quiet"]

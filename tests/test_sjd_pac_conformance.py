@@ -277,7 +277,7 @@ def compare(n: int, V: int, select: str) -> Counter:
     return seen
 
 
-@pytest.mark.parametrize("V", [16, 8192])
+@pytest.mark.parametrize("V", [16, pytest.param(8192, marks=pytest.mark.slow)])
 def test_longest_makes_the_released_decisions(V):
     n = N_FAST[V]
     seen = compare(n, V, "longest")

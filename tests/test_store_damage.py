@@ -379,6 +379,7 @@ def test_a_row_outside_the_prompt_set_is_neither_exported_nor_counted(store, tmp
     assert sorted(mine["prompt_id"]) == sorted(r["prompt_id"] for r in rows) and 999 not in set(exported["prompt_id"])
 
 
+@pytest.mark.slow  # about 5 s: a whole report
 def test_the_report_table_is_whole_when_output_is_not_a_terminal(store, tmp_path, capsys):
     """In a log or a pipe a table keeps every column and every cell: one line per row at the table's
     own width, never cut to '…' to fit a width the output does not have (the toy's quality table

@@ -23,6 +23,7 @@ def test_toy_clip_scores_matched_above_shuffled():
     torch.testing.assert_close(feats.norm(dim=-1), torch.ones(24), atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow  # about 5 s: scores 256 renders
 def test_toy_clip_detects_swapped_colours_and_shapes():
     """Hard-negative training: the true caption beats copies with one object's colour (shape) changed."""
     from sjdbench.toyworld.clip import attribute_accuracy
