@@ -282,7 +282,7 @@ def test_every_setting_that_differs_is_named(compared):
     assert first.loc[ids["sjd"], "not_stated"] == "resolution, metric protocol"
     assert first.loc[ids["sjd32"], "differs"] == "top-k: 100 vs 2000; GPU: none (cpu) vs H100"
     assert first.loc[ids["sjd32"], "not_stated"] == "resolution"
-    # k null: the model's value, which the run does not store, beside the row's 1000
+    # k null, and this synthetic run has no env.json record of the value its model gave: a dash
     assert first.loc[ids["lantern"], "differs"] == "δ: 0.1 vs 0.2; k: – vs 1000"
     assert first.loc[ids["lantern"], "not_stated"] == "resolution, W, top-k, CFG, temperature, prompts, GPU, lossless"
     lantern_row = load_reference(str(table_path)).rows[3]
@@ -355,3 +355,15 @@ def test_an_unknown_reference_fails_in_one_line_before_any_work(tmp_path):
     ]
     empty = runner.invoke(app, ["report", "--reference", " "])
     assert empty.exit_code == 2 and "--reference needs a table name" in empty.output
+
+
+def test_a_null_knob_is_compared_by_the_value_the_run_used(compared):
+    """LANTERN's k: null takes the model's value when built; env.json records it, and the comparison
+    with a row that states k reads that value, not a dash."""
+    ids, _, _, base, table_path = compared
+    row = load_reference(str(table_path)).rows[3]
+    run = runs_frame(base / "results", rows=True).set_index("run_id", drop=False).loc[ids["lantern"]].copy()
+    run["env.lantern_k"] = 62  # what the toy's build records (tests/test_runner.py)
+    assert "k: 62 vs 1000" in differences(row, run).differ
+    run["env.lantern_k"] = 1000  # a real model's book: the released value, so k agrees
+    assert "k" in differences(row, run).same

@@ -212,3 +212,10 @@ def test_a_run_makes_one_store_object_and_reads_its_samples_once(tmp_path, monke
     outcomes = execute_runs(runs, timing_mode="paired")
     assert [o.status for o in outcomes] == ["finished", "finished"]
     assert made == {r.run_id: 1 for r in runs} and reads == {r.run_id: 1 for r in runs}
+
+
+def test_env_records_the_lantern_k_the_model_gave(tmp_path):
+    words = ["model=toy", "decoder=lantern", "data=smoke", "data.limit=1", "warmup=0", f"results_dir={tmp_path}"]
+    outcome = execute(compose_run(words))
+    env = json.loads((Path(outcome.run_dir) / "env.json").read_text())
+    assert env["lantern_k"] == 62  # the released 1000 of 8192 codes, at the toy's 512

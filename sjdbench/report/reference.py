@@ -132,6 +132,10 @@ def our_settings(run: pd.Series) -> dict[str, Any]:
     }
 
 
+# knobs whose null means "the model's value", by where env.json records the value in use
+RESOLVED_KNOBS = {"verifier.k": "lantern_k", "verifier.d_thr": "gsd_d_thr"}
+
+
 def differences(row: PublishedRow, run: pd.Series, protocols: list[str] | None = None) -> Differences:
     """How a run's settings compare with those a published row states: the ones that differ (as
     'W: 16 vs 64'), the ones that agree, and the ones the source does not state. protocols: our
@@ -155,7 +159,10 @@ def differences(row: PublishedRow, run: pd.Series, protocols: list[str] | None =
     for name, key in COMPARED:
         check(name, mine[key], getattr(settings, key))
     for knob, theirs in settings.knobs.items():
-        check(setting_name(knob), run.get(f"spec.{knob}"), theirs)
+        ours = run.get(f"spec.{knob}")
+        if not _present(ours):  # a null knob took the model's value when built: env.json records it
+            ours = run.get(f"env.{RESOLVED_KNOBS.get(knob, '')}")
+        check(setting_name(knob), ours, theirs)
     check("lossless", bool(run.get("lossless")), row.lossless)
     if protocols:
         check("metric protocol", "; ".join(protocols), settings.metric_protocol)

@@ -189,6 +189,10 @@ class LanternVerifier(Verifier[LanternConfig]):
         table = neighbour_table(codebook, k + 1, cache_dir(), model.name)
         return cls(config, table, model.image_token_ids, model.vocab_size)
 
+    def resolved(self) -> dict[str, Any]:
+        """The k in use (the model's when the config leaves it null), recorded in env.json."""
+        return {"lantern_k": self.k}
+
     def moved_mass(self, p: torch.Tensor, drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(L,) mass moved onto each draft, and (L, k) the neighbours in A (ids, -1 where excluded)."""
         codes = self.code_of[drafts]  # (L,); -1 for forced tokens
