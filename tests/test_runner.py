@@ -214,6 +214,7 @@ def test_a_run_makes_one_store_object_and_reads_its_samples_once(tmp_path, monke
     assert made == {r.run_id: 1 for r in runs} and reads == {r.run_id: 1 for r in runs}
 
 
+@pytest.mark.slow  # about 9 s: a toy LANTERN decode; the verifier's own test is fast
 def test_env_records_the_lantern_k_the_model_gave(tmp_path):
     words = ["model=toy", "decoder=lantern", "data=smoke", "data.limit=1", "warmup=0", f"results_dir={tmp_path}"]
     outcome = execute(compose_run(words))

@@ -253,3 +253,9 @@ def test_lantern_k_defaults_to_the_released_share_of_the_codebook():
     refused = r"decoder.verifier.k=1000 .* codebook of 512 codes .* k <= 510, or k=null .*\(62"
     with pytest.raises(UserError, match=refused):
         model_k(1000, 512)
+
+
+def test_lantern_reports_the_k_in_use_for_env_json():
+    codebook = torch.randn(512, 3, generator=torch.Generator().manual_seed(0))
+    verifier = LanternVerifier(LanternConfig(), neighbour_table(codebook, 63), torch.arange(512), 512)
+    assert verifier.k == 62 and verifier.resolved() == {"lantern_k": 62}
