@@ -159,9 +159,9 @@ def differences(row: PublishedRow, run: pd.Series, protocols: list[str] | None =
     for name, key in COMPARED:
         check(name, mine[key], getattr(settings, key))
     for knob, theirs in settings.knobs.items():
-        ours = run.get(f"spec.{knob}")
-        if not _present(ours):  # a null knob took the model's value when built: env.json records it
-            ours = run.get(f"env.{RESOLVED_KNOBS.get(knob, '')}")
+        ours, recorded = run.get(f"spec.{knob}"), RESOLVED_KNOBS.get(knob)
+        if not _present(ours) and recorded:  # a null knob took the model's value when built: env.json has it
+            ours = run.get(f"env.{recorded}")
         check(setting_name(knob), ours, theirs)
     check("lossless", bool(run.get("lossless")), row.lossless)
     if protocols:
