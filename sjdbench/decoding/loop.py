@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from sjdbench.adapter import ImageARAdapter, Sampling, require_hidden_states
+from sjdbench.decoding.chain_step import ChainStep, takes_fixed_step
 from sjdbench.decoding.history import ProbabilityHistory
 from sjdbench.decoding.inits.neighbours import neighbour_tables
 from sjdbench.decoding.parts import (
@@ -56,7 +57,7 @@ from sjdbench.decoding.parts import (
     WaitingDrafts,
     Window,
 )
-from sjdbench.decoding.processing import StructureMasks, process_logits, sample
+from sjdbench.decoding.processing import StructureMasks, non_finite, process_logits, sample
 from sjdbench.decoding.proposals.drafter import DrafterProposal
 from sjdbench.decoding.randomness import Draws
 from sjdbench.decoding.recorder import DecodeStats, GrowthFlags, IterationRecord, Recorder, TestedDrafts
@@ -134,6 +135,29 @@ def loop_constants(adapter: ImageARAdapter) -> LoopConstants:
     except AttributeError:  # adapters with __slots__: rebuild each call
         pass
     return constants
+
+
+def chain_step(
+    adapter: ImageARAdapter, decoder: Decoder, topology: Topology, sampling: Sampling, drafter: bool
+) -> ChainStep | None:
+    """The decoder's fixed-shape chain step (compiled with the model's forward when `model.compile` is
+    set), or None where its parts need the general loop. Kept on the adapter per parts and sampling,
+    so a compiled step is compiled once per process, not once per batch."""
+    if not takes_fixed_step(topology, decoder.verifier, decoder.proposal, drafter):
+        return None
+    compile = bool(getattr(adapter, "compile", False))
+    key = (decoder.verifier, decoder.proposal, sampling, decoder.settings.growth_observations, compile)
+    steps = getattr(adapter, "_chain_steps", None)
+    if steps is None:
+        steps = {}
+        try:
+            adapter._chain_steps = steps  # type: ignore[attr-defined]
+        except AttributeError:  # adapters with __slots__: one step per decode
+            pass
+    step = steps.get(key)
+    if step is None:
+        step = steps[key] = ChainStep(decoder.verifier, decoder.proposal, sampling, key[3], compile)
+    return step
 
 
 def trace_set(layout, count: int) -> set[int]:
@@ -229,6 +253,7 @@ class BatchDecode:
                 )
             entries = W if self.tree is None else self.tree.most_nodes(W)
             self.drafting = self.drafter.begin(B, self.cache.prompt_len, self.N, entries)
+        self.chain_step = chain_step(adapter, decoder, self.topology, self.sampling, self.drafter is not None)
         self.samples: list[SampleState | None] = [None] * B  # by batch index
         self.bad_prefill = torch.zeros((), dtype=torch.bool, device=self.device)
 
@@ -339,7 +364,10 @@ class BatchDecode:
         windows, fresh = self.plan()  # 1. the windows' slots, and the drafts the init made for them
         self.pending.put(*fresh)  # they wait with the others
         fed = self.forward(windows)  # 2. one forward; slot i predicts position positions[i] + 1
-        verdicts, emitted, growth = self.verify(fed, unread)  # 3. accepted paths and emitted tokens
+        if self.chain_step is not None:  # processing, tests and emission in one fixed-shape call
+            fed, verdicts, emitted, growth = self.verify_chains(fed, unread)
+        else:
+            verdicts, emitted, growth = self.verify(fed, unread)  # 3. accepted paths and emitted tokens
         decided = self.commit(fed, verdicts, emitted)  # 4. the kept slots into the cache
         if self.drafter is not None:  # the drafter takes in the decided tokens
             self.advance_drafter(fed, verdicts, decided)
@@ -484,10 +512,13 @@ class BatchDecode:
             )
         else:
             logits = self.adapter.forward(self.cache, tokens, positions_t, mask, int(positions.max()) + 1, **extra)
-        masks = self.constants.masks
-        targets = (positions_t + 1).clamp_max(self.N - 1)
-        p = process_logits(logits, masks.rows[masks.index[targets]], self.sampling)  # (B, L, V)
-        bad = non_finite(logits, p) | self.bad_prefill
+        if self.chain_step is not None:  # processed with the tests, over the whole window (verify_chains)
+            p, bad = logits[:0, 0], self.bad_prefill
+        else:
+            masks = self.constants.masks
+            targets = (positions_t + 1).clamp_max(self.N - 1)
+            p = process_logits(logits, masks.rows[masks.index[targets]], self.sampling)  # (B, L, V)
+            bad = non_finite(logits, p) | self.bad_prefill
         self.bad_prefill = torch.zeros_like(bad)
         nodes = Drafts.cat([w.nodes for w in windows])
         return ForwardPass(
@@ -518,6 +549,57 @@ class BatchDecode:
         if host[0]:
             self.raise_non_finite(fed)
         return verdicts, emitted, None if unread is None else unread.read(host[1:])
+
+    def verify_chains(
+        self, fed: ForwardPass, unread: GrowthFlags | None
+    ) -> tuple[ForwardPass, list[Verdict], torch.Tensor, GrowthFlags | None]:
+        """`verify` for chain windows as one fixed-shape call (`ChainStep.verify`): the windows padded
+        to W slots, their uniforms drawn as `verify_windows` draws them (the tests, then the emission),
+        one host sync for which drafts passed. Returns the forward with its processed p, the verdicts,
+        the emitted tokens and the last iteration's growth flags, read."""
+        step, device = self.chain_step, self.device
+        assert step is not None  # the loop calls this only for chain steps
+        B, W, V = len(fed.windows), self.decoder.window, self.V
+        Q = W - 1
+        counts = fed.lengths - 1  # (B,) drafts per window
+        generators = [state.request.generator for state in self.in_batch()]
+        rows = np.repeat(np.arange(B), counts)
+        cols = np.arange(len(rows)) - np.repeat(_offsets(counts.tolist()), counts)
+        index = torch.as_tensor(np.stack([rows, cols]), device=device)
+        u = Draws(generators, counts.tolist(), device).uniform()  # (sum counts,)
+        u_emit = Draws(generators, [1] * B, device).uniform(1)  # (B, 1)
+        full = bool((counts == Q).all())
+        refs = (
+            fed.nodes.refs.view(B, Q, V)
+            if full
+            else fed.nodes.refs.new_zeros(B, Q, V).index_put_((index[0], index[1]), fed.nodes.refs)
+        )
+        u = u.view(B, Q) if full else u.new_zeros(B, Q).index_put_((index[0], index[1]), u)
+        positions = np.concatenate([fed.positions, np.repeat(fed.positions[:, -1:], W - fed.positions.shape[1], 1)], 1)
+        positions_t = torch.as_tensor(positions, device=device)  # (B, W)
+        logits, tokens = fed.logits, fed.tokens
+        if logits.shape[2] < W:  # pad the slots to W (padding slots are never read)
+            logits = torch.cat([logits, logits[:, :, -1:].expand(-1, -1, W - logits.shape[2], -1)], 2)
+            tokens = torch.cat([tokens, tokens[:, -1:].expand(-1, W - tokens.shape[1])], 1)
+        masks = self.constants.masks
+        allowed = masks.rows[masks.index[(positions_t + 1).clamp_max(self.N - 1)]]  # (B, W, V)
+        p, bad, passed, emitted = step.verify(
+            logits, allowed, tokens, refs, u, u_emit, torch.as_tensor(counts, device=device)
+        )
+        bad = bad | fed.bad
+        extra = [bad[None]] if unread is None else [bad[None], unread.flags.reshape(-1)]
+        host = torch.cat([passed.reshape(-1), *extra]).cpu().numpy()  # the one host sync per iteration
+        fed = replace(fed, p=p, bad=bad, fixed=FixedWindows(tokens, refs, positions, positions_t))
+        if host[B * Q]:
+            self.raise_non_finite(fed)
+        passed_host = host[: B * Q].reshape(B, Q)
+        verifier = self.decoder.verifier
+        verdicts = []
+        for b, w in enumerate(fed.windows):
+            L = len(w)
+            tests = TestDistributions(p[b, : L - 1], p[b, :L])
+            verdicts.append(self.topology.verify(w, p[b, :L], tests, passed_host[b, : L - 1], verifier))
+        return fed, verdicts, emitted, None if unread is None else unread.read(host[B * Q + 1 :])
 
     def commit(self, fed: ForwardPass, verdicts: list[Verdict], emitted: torch.Tensor) -> list[np.ndarray]:
         """Write the decided tokens, keep the roots not yet cached and the accepted drafts in the cache.
@@ -649,9 +731,9 @@ class BatchDecode:
                 drafts.append((b, trace))
         return trajectories, drafts
 
-    def propose(self, fed: ForwardPass, verdicts: list[Verdict]) -> tuple[np.ndarray, Drafts] | None:
-        """The sources' p become next drafts at their targets, for every sample at once. Returns the
-        batch index of each and the drafts (None when no position is left to draft)."""
+    def proposing(self, fed: ForwardPass, verdicts: list[Verdict]) -> Proposing | None:
+        """The slots whose p proposes next drafts (each with the slot of the draft waiting at its target),
+        every sample's together; None when no position is left to draft."""
         samples, sources, waiting_nodes = [], [], []
         for b, (w, v, state) in enumerate(zip(fed.windows, verdicts, self.in_batch())):
             src, waits = v.sources, v.waiting
@@ -666,38 +748,72 @@ class BatchDecode:
         if not samples:
             return None
         sample_ids, source_slots, waiting_node = map(np.concatenate, (samples, sources, waiting_nodes))
-        per_sample = np.bincount(sample_ids, minlength=len(fed.windows)).tolist()
         if not len(sample_ids):
+            return None
+        target_host = fed.positions[sample_ids, source_slots] + 1
+        index = torch.as_tensor(
+            np.stack([sample_ids, source_slots, target_host, np.maximum(waiting_node, 0)]), device=self.device
+        )
+        per_sample = np.bincount(sample_ids, minlength=len(fed.windows)).tolist()
+        return Proposing(sample_ids, source_slots, waiting_node, target_host, index, per_sample)
+
+    def propose(self, fed: ForwardPass, verdicts: list[Verdict]) -> tuple[np.ndarray, Drafts] | None:
+        """The sources' p become next drafts at their targets, for every sample at once. Returns the
+        batch index of each and the drafts (None when no position is left to draft)."""
+        chosen = self.proposing(fed, verdicts)
+        if chosen is None:
             return None
         device, history, observations = self.device, self.history, self.settings.growth_observations
         proposal = self.decoder.proposal
-        target_host = fed.positions[sample_ids, source_slots] + 1
-        index = torch.as_tensor(
-            np.stack([sample_ids, source_slots, target_host, np.maximum(waiting_node, 0)]), device=device
-        )
-        sb, targets = index[0], index[2]
-        p = _gather(fed.p, sample_ids, source_slots, index)  # (S, V)
-        has_old = torch.as_tensor(waiting_node >= 0, device=device)
-        if len(fed.nodes):
-            old_drafts, old_refs = _entries((fed.nodes.tokens, fed.nodes.refs), np.maximum(waiting_node, 0), index[3])
-            waiting = WaitingDrafts(old_drafts, old_refs, has_old)
-        else:
-            waiting = WaitingDrafts(torch.zeros_like(sb), torch.zeros_like(p), has_old)
-        growth = observed = None
-        if history is not None and proposal.history_depth:
-            growth = history.growth_mask(sb, targets, observations)
         generators = [state.request.generator for state in self.in_batch()]
-        keys = None
-        if proposal.reads_sample_key:  # host values: no device round trip
-            keys = torch.tensor([state.key for state in self.in_batch()], dtype=torch.long)[sample_ids]
-        ctx = ProposalContext(sb, targets, history, growth, Draws(generators, per_sample, device), keys)
-        drafts, refs = proposal.propose(p, waiting, ctx)
-        grew = None
+        draws = Draws(generators, chosen.per_sample, device)
+        index = chosen.index
+        sb, targets = index[0], index[2]
+        if fed.fixed is not None:  # every slot proposes in one fixed-shape call; the sources are kept
+            drafts, refs = self.propose_fixed(fed, chosen, draws)
+        else:
+            p = _gather(fed.p, chosen.sample_ids, chosen.source_slots, index)  # (S, V)
+            has_old = torch.as_tensor(chosen.waiting_node >= 0, device=device)
+            if len(fed.nodes):
+                old_drafts, old_refs = _entries(
+                    (fed.nodes.tokens, fed.nodes.refs), np.maximum(chosen.waiting_node, 0), index[3]
+                )
+                waiting = WaitingDrafts(old_drafts, old_refs, has_old)
+            else:
+                waiting = WaitingDrafts(torch.zeros_like(sb), torch.zeros_like(p), has_old)
+            growth = None
+            if history is not None and proposal.history_depth:
+                growth = history.growth_mask(sb, targets, observations)
+            keys = None
+            if proposal.reads_sample_key:  # host values: no device round trip
+                keys = torch.tensor([state.key for state in self.in_batch()], dtype=torch.long)[chosen.sample_ids]
+            drafts, refs = proposal.propose(p, waiting, ProposalContext(sb, targets, history, growth, draws, keys))
+        grew = observed = None
         if history is not None:
             where = history.locate(sb, targets)
             grew = history.grew(where, drafts, observations)
             observed = where[1] >= observations
-        return sample_ids, Drafts.new(target_host, drafts, refs, self.V, False, grew, observed)
+        return chosen.sample_ids, Drafts.new(chosen.target_host, drafts, refs, self.V, False, grew, observed)
+
+    def propose_fixed(self, fed: ForwardPass, chosen: Proposing, draws: Draws) -> tuple[torch.Tensor, torch.Tensor]:
+        """`propose` over every slot of the padded windows (`ChainStep.propose`): the sources' uniforms
+        drawn as `propose` draws them, in their slots; the sources' drafts (S,) and references (S, V)."""
+        step, fixed = self.chain_step, fed.fixed
+        assert step is not None and fixed is not None  # set together (verify_chains)
+        device, (B, W) = self.device, fixed.tokens.shape
+        index = chosen.index
+        u = fed.p.new_zeros(B, W).index_put_((index[0], index[1]), draws.uniform().to(fed.p.dtype))
+        slots = torch.arange(W, device=device)
+        lengths = torch.as_tensor(fed.lengths, device=device)
+        waiting = WaitingDrafts(  # slot s's target holds the draft of slot s + 1 (node s), in the window
+            torch.cat([fixed.tokens[:, 1:], fixed.tokens[:, -1:]], 1).reshape(-1),
+            torch.cat([fixed.refs, fixed.refs.new_zeros(B, 1, self.V)], 1).reshape(B * W, self.V),
+            (slots[None] + 1 < lengths[:, None]).reshape(-1),
+        )
+        samples = torch.arange(B, device=device).repeat_interleave(W)
+        targets = (fixed.positions_t + 1).clamp_max(self.N - 1).reshape(-1)
+        drafts, refs = step.propose(fed.p, waiting, u, samples, targets, self.history)
+        return drafts[index[0], index[1]], refs[index[0], index[1]]
 
     def raise_non_finite(self, fed: ForwardPass) -> None:
         """The error path: the first sample and position whose logits or probabilities are bad."""
@@ -724,6 +840,29 @@ class ForwardPass:
     nodes: Drafts  # every window's draft slots, window by window
     offsets: np.ndarray  # (B,) where each window's nodes start in `nodes`
     hidden: torch.Tensor | None = None  # (B, 2, L, D) the slots' hidden states, when a drafter reads them
+    fixed: FixedWindows | None = None  # the windows padded to W slots, when a chain step verified them
+
+
+@dataclass
+class FixedWindows:
+    """Chain windows padded to W slots for the fixed-shape step (`BatchDecode.verify_chains`)."""
+
+    tokens: torch.Tensor  # (B, W) slot inputs
+    refs: torch.Tensor  # (B, W - 1, V) the drafts' references (zeros past a window's drafts)
+    positions: np.ndarray  # (B, W) host
+    positions_t: torch.Tensor  # (B, W) the same on the device
+
+
+@dataclass
+class Proposing:
+    """The slots that propose next drafts, all samples together (S of them): `BatchDecode.proposing`."""
+
+    sample_ids: np.ndarray  # (S,) batch index
+    source_slots: np.ndarray  # (S,) the slot whose p proposes
+    waiting_node: np.ndarray  # (S,) node index (in the forward's nodes) of the draft waiting at the target, or -1
+    target_host: np.ndarray  # (S,) the target positions
+    index: torch.Tensor  # (4, S) device: sample, slot, target, waiting node (clamped at 0)
+    per_sample: list[int]  # proposals per sample, by batch index
 
 
 def verify_windows(
@@ -807,13 +946,6 @@ def _parent_drafts(windows: list[Window], nodes: Drafts, test_p: torch.Tensor) -
 def _node_depths(windows: list[Window], device: torch.device) -> torch.Tensor:
     """(Q,) every window's drafts' depths below their roots, in node order (a verifier that reads them)."""
     return torch.as_tensor(np.concatenate([w.depth[w.node_slots] for w in windows]), device=device)
-
-
-def non_finite(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """() device flag: a raw logit is NaN or +inf (greedy would take its argmax), or a processed
-    probability is not finite. -inf logits are fine (models mask ids that way). Two reductions:
-    NaN and inf propagate through max and sum."""
-    return ~torch.isfinite(logits.amax() + p.sum())
 
 
 def _pad(values: np.ndarray, length: int) -> np.ndarray:

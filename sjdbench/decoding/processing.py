@@ -76,9 +76,21 @@ def sample(probs: torch.Tensor, draws: Draws) -> torch.Tensor:
     P(draw = i) = cdf_i - cdf_{i-1} = p_i exactly (zero-probability ids are never drawn); a few times
     cheaper than torch.multinomial for the small batches of a decoding window, and sync-free.
     """
+    return draw(probs, draws.uniform(1))
+
+
+def draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """`sample` with its uniforms given: probs (R, V), u (R,) or (R, 1) -> (R,) long."""
     cdf = probs.cumsum(-1)  # (R, V)
-    u = draws.uniform(1).to(cdf.dtype) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True).clamp_max(probs.shape[-1] - 1).view(-1)
+    x = u.reshape(-1, 1).to(cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, x, right=True).clamp_max(probs.shape[-1] - 1).view(-1)
+
+
+def non_finite(logits: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """() device flag: a raw logit is NaN or +inf (greedy would take its argmax), or a processed
+    probability is not finite. -inf logits are fine (models mask ids that way). Two reductions:
+    NaN and inf propagate through max and sum."""
+    return ~torch.isfinite(logits.amax() + p.sum())
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,10 @@ class ResampleProposal(Proposal[NoKnobs]):
         """Each draft is drawn from p and stored with q = p: the exact test stays exact."""
         return True
 
+    @property
+    def rowwise(self) -> bool:
+        return True
+
     def propose(
         self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext
     ) -> tuple[torch.Tensor, torch.Tensor]:

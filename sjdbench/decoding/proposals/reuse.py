@@ -38,6 +38,10 @@ class ReuseProposal(Proposal[ReuseConfig]):
 
     Config = ReuseConfig
 
+    @property
+    def rowwise(self) -> bool:
+        return True
+
     def propose(
         self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -121,6 +121,10 @@ class VPProposal(Proposal[VPConfig]):
     def reads_sample_key(self) -> bool:
         return self.inner.reads_sample_key
 
+    @property
+    def rowwise(self) -> bool:
+        return self.inner.rowwise
+
     def propose(
         self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext
     ) -> tuple[torch.Tensor, torch.Tensor]:

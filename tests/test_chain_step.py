@@ -1,0 +1,76 @@
+"""The chain's fixed-shape step (sjdbench/decoding/chain_step.py) decodes what the general loop
+decodes: token for token and statistic for statistic in float64, B = 1 and 3, for every preset whose
+parts take it; compiled (slow) the same."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sjdbench.decoding.loop as loop
+from sjdbench.config import build_preset
+from sjdbench.decoding.loop import Request, jacobi_decode_batch
+from sjdbench.decoding.topologies.chain import ChainTopology
+from sjdbench.models.debug import build_debug_adapter
+
+FIXED = ["ar", "jacobi", "sjd", "sjd_vp", "lantern", "lantern_vp", "gsd", "gsd_vp", "cool_sd"]
+GENERAL = ["sjd_pp", "mc_sjd", "pjd", "zipar", "sjd_pac"]  # parts or topologies that need the general loop
+PROMPTS = ["a red circle", "two blue squares on a striped background", "x", "a green triangle at the bottom"]
+
+
+@pytest.fixture(scope="module")
+def debug64():
+    return build_debug_adapter(grid_h=5, grid_w=5, n_codes=32, init_std=0.5, dtype="float64")
+
+
+def decode(adapter, decoder, batch: int) -> dict:
+    requests = [Request(PROMPTS[i], torch.Generator().manual_seed(100 + i), key=i) for i in range(len(PROMPTS))]
+    return {r.key: res for r, res in jacobi_decode_batch(adapter, requests, decoder, adapter.default_sampling, batch)}
+
+
+def takes(decoder) -> bool:
+    topology = decoder.topology if decoder.window > 1 else ChainTopology()
+    return loop.takes_fixed_step(topology, decoder.verifier, decoder.proposal, False)
+
+
+def general(monkeypatch, adapter, decoder, batch: int) -> dict:
+    with monkeypatch.context() as patch:
+        patch.setattr(loop, "takes_fixed_step", lambda *args: False)
+        patch.setattr(adapter, "_chain_steps", {}, raising=False)
+        return decode(adapter, decoder, batch)
+
+
+def assert_same(got: dict, want: dict, label: str) -> None:
+    assert sorted(got) == sorted(want)
+    for key in want:
+        assert torch.equal(got[key].tokens, want[key].tokens), (label, key)
+        assert got[key].stats.to_row() == want[key].stats.to_row(), (label, key)
+
+
+@pytest.mark.parametrize("preset", FIXED)
+def test_the_fixed_step_decodes_what_the_general_loop_decodes(debug64, monkeypatch, preset):
+    decoder = build_preset(preset, debug64)
+    assert takes(decoder), f"{preset} should run on the fixed-shape chain step"
+    want = general(monkeypatch, debug64, decoder, 1)
+    for batch in (1, 3):
+        assert_same(decode(debug64, decoder, batch), want, f"{preset} B={batch}")
+
+
+@pytest.mark.parametrize("preset", GENERAL)
+def test_parts_the_step_cannot_run_keep_the_general_loop(debug64, preset):
+    assert not takes(build_preset(preset, debug64))
+
+
+@pytest.mark.slow  # compiling the step and the forward takes about a minute per preset on 2 cores
+@pytest.mark.parametrize("preset", ["ar", "sjd", "sjd_vp", "lantern"])
+def test_compiled_equals_eager_in_float64(monkeypatch, preset):
+    eager = build_debug_adapter(grid_h=5, grid_w=5, n_codes=32, init_std=0.5, dtype="float64")
+    decoder = build_preset(preset, eager)
+    want = decode(eager, decoder, 1)
+    compiled = build_debug_adapter(grid_h=5, grid_w=5, n_codes=32, init_std=0.5, dtype="float64")
+    compiled.compile = True
+    steps = {}
+    monkeypatch.setattr(compiled, "_chain_steps", steps, raising=False)
+    for batch in (1, 3):
+        assert_same(decode(compiled, build_preset(preset, compiled), batch), want, f"{preset} B={batch} compiled")
+    assert steps and all(step.compiled for step in steps.values())
