@@ -18,6 +18,12 @@ GENERAL = ["sjd_pp", "mc_sjd", "pjd", "zipar", "sjd_pac"]  # parts or topologies
 PROMPTS = ["a red circle", "two blue squares on a striped background", "x", "a green triangle at the bottom"]
 
 
+@pytest.fixture(autouse=True)
+def eager_step(monkeypatch):
+    """Eager decodes keep the general loop unless asked: here the fixed step runs eagerly too."""
+    monkeypatch.setattr(loop, "EAGER_CHAIN_STEP", True)
+
+
 @pytest.fixture(scope="module")
 def debug64():
     return build_debug_adapter(grid_h=5, grid_w=5, n_codes=32, init_std=0.5, dtype="float64")
@@ -35,7 +41,7 @@ def takes(decoder) -> bool:
 
 def general(monkeypatch, adapter, decoder, batch: int) -> dict:
     with monkeypatch.context() as patch:
-        patch.setattr(loop, "takes_fixed_step", lambda *args: False)
+        patch.setattr(loop, "EAGER_CHAIN_STEP", False)
         patch.setattr(adapter, "_chain_steps", {}, raising=False)
         return decode(adapter, decoder, batch)
 
@@ -52,8 +58,11 @@ def test_the_fixed_step_decodes_what_the_general_loop_decodes(debug64, monkeypat
     decoder = build_preset(preset, debug64)
     assert takes(decoder), f"{preset} should run on the fixed-shape chain step"
     want = general(monkeypatch, debug64, decoder, 1)
+    steps: dict = {}
+    monkeypatch.setattr(debug64, "_chain_steps", steps, raising=False)
     for batch in (1, 3):
         assert_same(decode(debug64, decoder, batch), want, f"{preset} B={batch}")
+    assert steps, "the fixed step did not run"
 
 
 @pytest.mark.parametrize("preset", GENERAL)
@@ -66,10 +75,11 @@ def test_parts_the_step_cannot_run_keep_the_general_loop(debug64, preset):
 def test_compiled_equals_eager_in_float64(monkeypatch, preset):
     eager = build_debug_adapter(grid_h=5, grid_w=5, n_codes=32, init_std=0.5, dtype="float64")
     decoder = build_preset(preset, eager)
-    want = decode(eager, decoder, 1)
+    monkeypatch.setattr(loop, "EAGER_CHAIN_STEP", False)
+    want = decode(eager, decoder, 1)  # the general loop, eager
     compiled = build_debug_adapter(grid_h=5, grid_w=5, n_codes=32, init_std=0.5, dtype="float64")
     compiled.compile = True
-    steps = {}
+    steps: dict = {}
     monkeypatch.setattr(compiled, "_chain_steps", steps, raising=False)
     for batch in (1, 3):
         assert_same(decode(compiled, build_preset(preset, compiled), batch), want, f"{preset} B={batch} compiled")

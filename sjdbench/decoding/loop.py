@@ -137,15 +137,21 @@ def loop_constants(adapter: ImageARAdapter) -> LoopConstants:
     return constants
 
 
+# An eager decode keeps the general loop: run eagerly, the padded fixed-shape step measured 2 to 4
+# points more of the wall time outside the forwards (bench_decoders, sjd and sjd_vp at W = 16); it
+# pays only compiled. The tests set this to prove the two paths decode alike.
+EAGER_CHAIN_STEP = False
+
+
 def chain_step(
     adapter: ImageARAdapter, decoder: Decoder, topology: Topology, sampling: Sampling, drafter: bool
 ) -> ChainStep | None:
-    """The decoder's fixed-shape chain step (compiled with the model's forward when `model.compile` is
-    set), or None where its parts need the general loop. Kept on the adapter per parts and sampling,
+    """The decoder's fixed-shape chain step, compiled with the model's forward (`model.compile`), or None
+    for an eager decode and where the parts need the general loop. Kept on the adapter per parts and sampling,
     so a compiled step is compiled once per process, not once per batch."""
-    if not takes_fixed_step(topology, decoder.verifier, decoder.proposal, drafter):
-        return None
     compile = bool(getattr(adapter, "compile", False))
+    if not (compile or EAGER_CHAIN_STEP) or not takes_fixed_step(topology, decoder.verifier, decoder.proposal, drafter):
+        return None
     key = (decoder.verifier, decoder.proposal, sampling, decoder.settings.growth_observations, compile)
     steps = getattr(adapter, "_chain_steps", None)
     if steps is None:
