@@ -65,10 +65,15 @@ class ChainStep:
     ) -> None:
         self.verifier, self.proposal, self.sampling, self.observations = verifier, proposal, sampling, observations
         self.compiled = compile
-        self._verify = torch.compile(self._verify_eager, fullgraph=True, dynamic=False) if compile else None
-        self._propose = torch.compile(self._propose_eager, fullgraph=True, dynamic=False) if compile else None
+        # the two calls of an iteration: the methods below, or each compiled whole
+        self.verify = (
+            torch.compile(self.verify_window, fullgraph=True, dynamic=False) if compile else self.verify_window
+        )
+        self.propose = (
+            torch.compile(self.propose_slots, fullgraph=True, dynamic=False) if compile else self.propose_slots
+        )
 
-    def verify(
+    def verify_window(
         self,
         logits: torch.Tensor,
         allowed: torch.Tensor,
@@ -82,19 +87,6 @@ class ChainStep:
         their uniforms u (B, W-1), the emission's u_emit (B,), counts (B,) drafts per sample (slot 0
         holds the root) -> p (B, W, V), bad () (non-finite logits or p), passed (B, W-1) bool (False past
         a sample's drafts), emitted (B,) long."""
-        run = self._verify if self._verify is not None else self._verify_eager
-        return run(logits, allowed, tokens, refs, u, u_emit, counts)
-
-    def _verify_eager(
-        self,
-        logits: torch.Tensor,
-        allowed: torch.Tensor,
-        tokens: torch.Tensor,
-        refs: torch.Tensor,
-        u: torch.Tensor,
-        u_emit: torch.Tensor,
-        counts: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         p = process_logits(logits, allowed, self.sampling)  # (B, W, V)
         bad = non_finite(logits, p)
         B, W, V = p.shape
@@ -118,7 +110,7 @@ class ChainStep:
         base = torch.where((a < counts)[:, None], replaced, base)
         return p, bad, passed, draw(base, u_emit)
 
-    def propose(
+    def propose_slots(
         self,
         p: torch.Tensor,
         waiting: WaitingDrafts,
@@ -130,18 +122,6 @@ class ChainStep:
         """Every slot's next draft: p (B, W, V), the drafts waiting at the slots' targets (B*W rows),
         one uniform per slot u (B, W), each slot's sample (B*W,) and target position (B*W,) ->
         drafts (B, W), references (B, W, V). The caller keeps the slots that propose."""
-        run = self._propose if self._propose is not None else self._propose_eager
-        return run(p, waiting, u, samples, positions, history)
-
-    def _propose_eager(
-        self,
-        p: torch.Tensor,
-        waiting: WaitingDrafts,
-        u: torch.Tensor,
-        samples: torch.Tensor,
-        positions: torch.Tensor,
-        history: ProbabilityHistory | None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
         B, W, V = p.shape
         growth = None
         if history is not None and self.proposal.history_depth:
