@@ -34,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a source checkout without installing
 
+from sjdbench.adapter import WindowInputs
 from sjdbench.config import compose_run, decoder_spec  # noqa: E402
 from sjdbench.config.identity import decoder_presets  # noqa: E402
 from sjdbench.data.prompts import load_prompts  # noqa: E402
@@ -82,12 +83,12 @@ def window_cost(adapter: Any, prompt_text: str, widths: list[int], device: str, 
     }
     times: dict[int, list[float]] = {w: [] for w in inputs}
     for w, (tokens, positions) in inputs.items():  # warm-up
-        adapter.forward(cache, tokens, positions, None, middle + w)
+        adapter.forward(cache, WindowInputs(tokens, positions, None, middle + w))
     for _ in range(repeats):
         for w, (tokens, positions) in inputs.items():
             synchronize(device)
             start = time.perf_counter()
-            adapter.forward(cache, tokens, positions, None, middle + w)
+            adapter.forward(cache, WindowInputs(tokens, positions, None, middle + w))
             synchronize(device)
             times[w].append(time.perf_counter() - start)
     one = statistics.median(times[1])

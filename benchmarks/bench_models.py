@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from sjdbench.adapter import WindowInputs
 from sjdbench.models.registry import entry
 
 FULL_SIZE = {"lumina": "7B", "llamagen": "XL", "janus": "7B", "emu3": "8B"}
@@ -75,11 +76,11 @@ def steps(adapter, args):
     prefill = timed(args.device, lambda: adapter.prefill(cache, [0], [prompt]))
 
     def ar_step():
-        adapter.forward(cache, tokens[None, :1], positions[:, :1], None, p + 1)
+        adapter.forward(cache, WindowInputs(tokens[None, :1], positions[:, :1], None, p + 1))
         adapter.commit(cache, torch.zeros(1, 1, dtype=torch.long, device=adapter.device))
 
     def window_step():
-        adapter.forward(cache, tokens[None], positions, None, p + W)
+        adapter.forward(cache, WindowInputs(tokens[None], positions, None, p + W))
         adapter.commit(cache, torch.zeros(1, 1, dtype=torch.long, device=adapter.device))
 
     return prompt, prefill, ar_step, window_step

@@ -618,6 +618,8 @@ def free_device(device: str) -> None:
 @torch.inference_mode()
 def time_step(adapter: Any, batch: int, window: int, plan: Plan) -> dict:
     """Median ms of one step (window forward + commit of one slot) at B samples, half the image decoded."""
+    from sjdbench.adapter import WindowInputs
+
     device = plan.device
     prompt = adapter.encode_prompt(PROMPT)
     N = adapter.layout.n_positions
@@ -633,7 +635,7 @@ def time_step(adapter: Any, batch: int, window: int, plan: Plan) -> dict:
     horizon = start + window
 
     def step() -> None:
-        adapter.forward(cache, tokens, positions, None, horizon)
+        adapter.forward(cache, WindowInputs(tokens, positions, None, horizon))
         adapter.commit(cache, slots)
 
     synchronize(device)

@@ -111,6 +111,26 @@ class PromptBatch:
         return int(self.tokens.shape[1])
 
 
+@dataclass(frozen=True)
+class WindowInputs:
+    """What one window forward reads, for every sample of a cache (B samples, L slots).
+
+    Slot (b, i) holds tokens[b, i] at segment position positions[b, i]. It sees every *committed*
+    token of sample b at a position < positions[b, i] (its prompt included) and its window slots j
+    with mask[b, i, j]; mask None is the causal chain (slot i sees slots 0..i). One value, because
+    the loop, the adapters and every wrapper of an adapter pass these together."""
+
+    tokens: torch.Tensor  # (B, L) token ids
+    positions: torch.Tensor  # (B, L) segment positions
+    mask: torch.Tensor | None = None  # (B, L, L) bool: which window slots each slot sees
+    # No slot sits at a position >= horizon (host int), so committed entries from there on need not be
+    # attended to: a cheaper forward, never needed for correctness; a compiled forward may ignore it
+    # to keep its shapes static.
+    horizon: int | None = None
+    # Each sample's real slots; the rest pad its window and may be answered with anything.
+    lengths: list[int] | None = None
+
+
 @runtime_checkable
 class ImageARAdapter(Protocol):
     """What every model provides to the loop (docs/MODELS.md describes each model's layout)."""
@@ -135,27 +155,10 @@ class ImageARAdapter(Protocol):
         run the prompts: logits (len(samples), 2, V) predicting segment position 0 of each sample."""
         ...
 
-    def forward(
-        self,
-        cache: Any,
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        horizon: int | None = None,
-        lengths: list[int] | None = None,
-    ) -> torch.Tensor:
-        """One window forward for every sample in the cache: tokens (B, L) at segment positions
-        (B, L) -> logits (B, 2, L, V) in `dtype`.
-
-        Slot (b, i) sees every *committed* token of sample b at a segment position < positions[b, i]
-        (its prompt included) and its window slots j with mask[b, i, j] (B, L, L) bool; mask None is
-        the causal chain (slot i sees slots 0..i). Slot i's logits predict the token after it. The
-        window's keys and values are held until `commit`; nothing is committed by the forward
-        itself. horizon (host int, optional): no slot sits at a position >= horizon, so committed
-        entries from there on need not be attended to (a cheaper forward; never needed for
-        correctness, and a compiled forward may ignore it to keep its shapes static). lengths
-        (optional): each sample's real slots; the rest pad its window and may be answered with anything.
-        """
+    def forward(self, cache: Any, window: WindowInputs) -> torch.Tensor:
+        """One window forward for every sample in the cache -> logits (B, 2, L, V) in `dtype`; slot i's
+        logits predict the token after it. The window's keys and values are held until `commit`;
+        nothing is committed by the forward itself."""
         ...
 
     def commit(self, cache: Any, slots: torch.Tensor) -> None:
@@ -223,15 +226,7 @@ class HiddenStatesAdapter(Protocol):
         """`prefill`, plus the prompts' hidden states: (logits (n, 2, V), PromptStates)."""
         ...
 
-    def forward_states(
-        self,
-        cache: Any,
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        horizon: int | None = None,
-        lengths: list[int] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_states(self, cache: Any, window: WindowInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward`, plus each slot's hidden state: (logits (B, 2, L, V), hidden (B, 2, L, D))."""
         ...
 

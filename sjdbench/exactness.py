@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sjdbench.adapter import Sampling, SegmentLayout
+from sjdbench.adapter import Sampling, SegmentLayout, WindowInputs
 from sjdbench.decoding.loop import Decoder, Request, jacobi_decode_batch
 from sjdbench.decoding.processing import StructureMasks, process_logits
 
@@ -76,7 +76,9 @@ class TabulatedAdapter:
             cache = inner.new_cache(1, prompt.length, N - 1)
             table[()] = inner.prefill(cache, [0], [prompt])[0].float().cpu()  # (2, V)
             tokens = torch.tensor(seq[: N - 1], device=device)[None]
-            logits = inner.forward(cache, tokens, torch.arange(N - 1, device=device)[None])[0].float().cpu()
+            logits = (
+                inner.forward(cache, WindowInputs(tokens, torch.arange(N - 1, device=device)[None]))[0].float().cpu()
+            )
             for j in range(1, N):  # logits (2, N-1, V)
                 table[seq[:j]] = logits[:, j - 1]
         return table
@@ -99,15 +101,8 @@ class TabulatedAdapter:
             cache[sample] = self._fresh()
         return self.table[()].to(self.device).expand(len(samples), -1, -1)
 
-    def forward(
-        self,
-        cache: list[dict],
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        horizon: int | None = None,
-        lengths: list[int] | None = None,
-    ) -> torch.Tensor:
+    def forward(self, cache: list[dict], window: WindowInputs) -> torch.Tensor:
+        tokens, positions, mask, lengths = window.tokens, window.positions, window.mask, window.lengths
         L = tokens.shape[1]
         host_mask = None if mask is None else mask.cpu().numpy()
         out = []
@@ -132,8 +127,9 @@ class TabulatedAdapter:
     ) -> torch.Tensor:
         values, where = tokens.tolist(), positions.tolist()
         cache["window"] = (values, where)
+        alone = WindowInputs(tokens[None], positions[None], None if mask is None else mask[None])  # B = 1
         if cache["live"]:
-            return self._live(("forward", tokens, positions, mask), cache)
+            return self._live(alone, cache)
         committed = cache["committed"]
         rows = []
         for i, pos in enumerate(where):
@@ -142,9 +138,9 @@ class TabulatedAdapter:
             for j in visible:
                 prefix[where[j]] = values[j]
             if -1 in prefix:  # a context with holes: the wrapped model answers from here on
-                return self._live(("forward", tokens, positions, mask), cache)
+                return self._live(alone, cache)
             rows.append(self.table[tuple(prefix)])
-        cache["calls"].append(("forward", tokens, positions, mask))
+        cache["calls"].append(("forward", alone))
         return torch.stack(rows, dim=1).to(self.device)  # (2, L, V)
 
     def commit(self, cache: list[dict], slots: torch.Tensor) -> None:
@@ -161,24 +157,21 @@ class TabulatedAdapter:
     def retain(self, cache: list[dict], samples: list[int]) -> None:
         cache[:] = [cache[i] for i in samples]
 
-    def _live(self, call: tuple, cache: dict) -> torch.Tensor:
-        """Run `call` on the wrapped model, first replaying this decode's earlier calls on a fresh cache."""
+    def _live(self, window: WindowInputs, cache: dict) -> torch.Tensor:
+        """Run the window on the wrapped model, first replaying this decode's earlier calls on a fresh cache."""
         inner = self.inner
         if not cache["live"]:
             prompt = inner.encode_prompt(self.prompt_text)
             cache["inner"] = inner.new_cache(1, prompt.length, self._window)
             inner.prefill(cache["inner"], [0], [prompt])
-            for name, *args in cache["calls"]:
+            for name, value in cache["calls"]:
                 if name == "forward":
-                    inner.forward(
-                        cache["inner"], args[0][None], args[1][None], None if args[2] is None else args[2][None]
-                    )
+                    inner.forward(cache["inner"], value)
                 else:
-                    inner.commit(cache["inner"], args[0][None])
+                    inner.commit(cache["inner"], value[None])
             cache["live"], cache["calls"] = True, []
         self.live_forwards += 1
-        _, tokens, positions, mask = call
-        out = inner.forward(cache["inner"], tokens[None], positions[None], None if mask is None else mask[None])
+        out = inner.forward(cache["inner"], window)
         return out[0].float().to(self.device)
 
     def decode(self, tokens: torch.Tensor) -> Any:

@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from sjdbench.adapter import WindowInputs
 from sjdbench.config import build_preset
 from sjdbench.decoding.loop import jacobi_decode
 
@@ -40,7 +41,9 @@ def prefilled(adapter, prompt, window: int = 1) -> torch.Tensor:
 
 def one_forward(adapter, cache, tokens, positions, mask=None, horizon=None) -> torch.Tensor:
     """A one-sample window forward: tokens, positions (L,), mask (L, L) -> logits (2, L, V)."""
-    return adapter.forward(cache, tokens[None], positions[None], None if mask is None else mask[None], horizon)[0]
+    return adapter.forward(
+        cache, WindowInputs(tokens[None], positions[None], None if mask is None else mask[None], horizon)
+    )[0]
 
 
 def one_commit(adapter, cache, slots: torch.Tensor) -> None:
@@ -233,7 +236,9 @@ def _batched(adapter, samples: list[int], seq, done, width, masks, positions, wi
     p0 = adapter.prefill(cache, list(range(n)), prompts)
     longest = max(max(done[b] for b in samples), 1)
     tokens = torch.stack([torch.cat([seq[b][: done[b]], seq[b][done[b] :]])[:longest] for b in samples])
-    adapter.forward(cache, tokens.to(device), torch.arange(longest).expand(n, -1).to(device), None, longest)
+    adapter.forward(
+        cache, WindowInputs(tokens.to(device), torch.arange(longest).expand(n, -1).to(device), None, longest)
+    )
     slots = torch.tensor([[k if k < done[b] else -1 for k in range(longest)] for b in samples])
     adapter.commit(cache, slots.to(device))
     L = max(width[b] for b in samples)
@@ -245,7 +250,7 @@ def _batched(adapter, samples: list[int], seq, done, width, masks, positions, wi
         mask[i, : width[b], : width[b]] = masks[b]
         mask[i, width[b] :, width[b] :] = torch.eye(L - width[b], dtype=torch.bool)  # padding sees itself
     logits = adapter.forward(
-        cache, win.to(device), pos.to(device), mask.to(device), int(pos.max()) + 1 if horizon else None
+        cache, WindowInputs(win.to(device), pos.to(device), mask.to(device), int(pos.max()) + 1 if horizon else None)
     )
     return p0, logits, cache
 
@@ -272,7 +277,7 @@ def check_batched_forward_equals_unbatched(adapter) -> None:
     device = adapter.device
     probe_pos = torch.stack([torch.arange(0, 2), torch.arange(3, 5)]).to(device)  # sample 2, sample 0
     probe = torch.stack([seq[2][:2], seq[0][3:5]]).to(device)
-    after = adapter.forward(cache, probe, probe_pos, None, 5)
+    after = adapter.forward(cache, WindowInputs(probe, probe_pos, None, 5))
     for i, b in enumerate((2, 0)):
         _, own, _ = fresh(adapter, PROMPTS[b], 16)
         own_cache = own
@@ -293,7 +298,7 @@ def check_prefill_leaves_other_samples(adapter) -> None:
     p_new = adapter.prefill(cache, [1], [new])[0]  # sample 1 now decodes prompt 2 from the start
     tokens = torch.stack([windows[0], seq[2][:5]]).to(device)
     pos = torch.stack([positions[0], torch.arange(0, 5)]).to(device)
-    after = adapter.forward(cache, tokens, pos, None, int(pos.max()) + 1)
+    after = adapter.forward(cache, WindowInputs(tokens, pos, None, int(pos.max()) + 1))
     close(after[0], before[0, :, : width[0]])  # sample 0: the same window, the same logits
     _, own, p_own = fresh(adapter, PROMPTS[2], 16)
     close(p_new, p_own)

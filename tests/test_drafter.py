@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sjdbench.adapter import require_hidden_states, returns_hidden_states
+from sjdbench.adapter import WindowInputs, require_hidden_states, returns_hidden_states
 from sjdbench.errors import UserError
 from sjdbench.models.debug import build_debug_adapter
 from sjdbench.models.drafter import DrafterConfig, DrafterNet, bind
@@ -48,7 +48,7 @@ def ar_sequence(adapter, caption, length, seed=0):
     tokens = ids[torch.randint(len(ids), (length,), generator=generator)]
     forced = adapter.layout.forced[:length]
     tokens = torch.where(forced >= 0, forced, tokens)
-    _, hidden = adapter.forward_states(cache, tokens[None], torch.arange(length)[None])  # (1, 2, L, D)
+    _, hidden = adapter.forward_states(cache, WindowInputs(tokens[None], torch.arange(length)[None]))  # (1, 2, L, D)
     return prompt, states, tokens, hidden
 
 
@@ -198,8 +198,8 @@ def test_hidden_states_are_what_the_head_reads(adapter):
     assert torch.equal(states.valid[0], prompt.pad_mask)
     tokens = adapter.image_token_ids[:3][None]
     positions = torch.arange(3)[None]
-    with_states, hidden = adapter.forward_states(cache, tokens, positions)
-    plain = adapter.forward(cache, tokens, positions)
+    with_states, hidden = adapter.forward_states(cache, WindowInputs(tokens, positions))
+    plain = adapter.forward(cache, WindowInputs(tokens, positions))
     assert torch.equal(with_states, plain)
     assert torch.equal(adapter.lm_head(hidden), plain)
     # the rotary positions continue the prompt's: segment position 0 sits right after the last slot

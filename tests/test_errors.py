@@ -303,8 +303,9 @@ class PoisonedLogits:
         self._poisoned = text.startswith(POISONED_PROMPT)
         return self._inner.encode_prompt(text)
 
-    def forward(self, cache, tokens, positions, mask=None, horizon=None):
-        logits = self._inner.forward(cache, tokens, positions, mask, horizon).clone()  # (B, 2, L, V)
+    def forward(self, cache, window):
+        logits = self._inner.forward(cache, window).clone()  # (B, 2, L, V)
+        positions = window.positions
         logits[..., :2] = float("-inf")  # masking ids (here <pad>, <bos>) with -inf is fine, not flagged
         if self._poisoned:
             logits[0][:, positions[0] + 1 == self._position] = self._value

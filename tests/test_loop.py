@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from sjdbench.adapter import WindowInputs
 from sjdbench.decoding.loop import Decoder, jacobi_decode
 from sjdbench.decoding.proposals.coupled import CoupledProposal
 from sjdbench.decoding.proposals.resample import ResampleProposal
@@ -95,16 +96,18 @@ def test_cache_after_rollback_equals_fresh_prefill(adapter):
     arange = torch.arange
     cache = adapter.new_cache(1, prompt.length, 20)
     adapter.prefill(cache, [0], [prompt])
-    clean = adapter.forward(cache, seq[None], arange(20)[None])[0]  # (2, 20, V)
+    clean = adapter.forward(cache, WindowInputs(seq[None], arange(20)[None]))[0]  # (2, 20, V)
 
     cache = adapter.new_cache(1, prompt.length, 20)
     adapter.prefill(cache, [0], [prompt])
-    adapter.forward(cache, seq[:5][None], arange(5)[None])[0]
+    adapter.forward(cache, WindowInputs(seq[:5][None], arange(5)[None]))[0]
     adapter.commit(cache, arange(5)[None])
     garbage = torch.randint(101, 101 + adapter.n_codes, (8,), generator=g)
-    adapter.forward(cache, torch.cat([seq[5:6], garbage])[None], arange(5, 14)[None])  # window with wrong drafts
+    adapter.forward(
+        cache, WindowInputs(torch.cat([seq[5:6], garbage])[None], arange(5, 14)[None])
+    )  # window with wrong drafts
     adapter.commit(cache, arange(1)[None])  # only x_5 is kept
-    resumed = adapter.forward(cache, seq[6:][None], arange(6, 20)[None])[0]
+    resumed = adapter.forward(cache, WindowInputs(seq[6:][None], arange(6, 20)[None]))[0]
     torch.testing.assert_close(resumed, clean[:, 6:], atol=1e-4, rtol=1e-4)
 
 
@@ -118,25 +121,27 @@ def test_masked_window_equals_separate_chains(adapter):
     arange = torch.arange
     cache = adapter.new_cache(1, prompt.length, 16)
     adapter.prefill(cache, [0], [prompt])
-    adapter.forward(cache, a[:1][None], arange(1)[None])[0]
+    adapter.forward(cache, WindowInputs(a[:1][None], arange(1)[None]))[0]
     adapter.commit(cache, arange(1)[None])  # position 0 committed
-    alone_a = adapter.forward(cache, a[1:][None], arange(1, 6)[None])[0]
-    alone_b = adapter.forward(cache, b[None], arange(1, 6)[None])[0]
+    alone_a = adapter.forward(cache, WindowInputs(a[1:][None], arange(1, 6)[None]))[0]
+    alone_b = adapter.forward(cache, WindowInputs(b[None], arange(1, 6)[None]))[0]
     both = torch.cat([a[1:], b])
     mask = torch.zeros(10, 10, dtype=torch.bool)
     mask[:5, :5] = torch.ones(5, 5, dtype=torch.bool).tril()
     mask[5:, 5:] = torch.ones(5, 5, dtype=torch.bool).tril()
-    logits = adapter.forward(cache, both[None], torch.cat([arange(1, 6), arange(1, 6)])[None], mask[None])[0]
+    logits = adapter.forward(
+        cache, WindowInputs(both[None], torch.cat([arange(1, 6), arange(1, 6)])[None], mask[None])
+    )[0]
     torch.testing.assert_close(logits[:, :5], alone_a, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(logits[:, 5:], alone_b, atol=1e-4, rtol=1e-4)
     adapter.commit(cache, arange(5, 10)[None])  # keep chain b
-    after = adapter.forward(cache, a[:1][None], arange(6, 7)[None])[0]
+    after = adapter.forward(cache, WindowInputs(a[:1][None], arange(6, 7)[None]))[0]
 
     cache = adapter.new_cache(1, prompt.length, 16)
     adapter.prefill(cache, [0], [prompt])
-    adapter.forward(cache, torch.cat([a[:1], b])[None], arange(6)[None])[0]
+    adapter.forward(cache, WindowInputs(torch.cat([a[:1], b])[None], arange(6)[None]))[0]
     adapter.commit(cache, arange(6)[None])
-    fresh = adapter.forward(cache, a[:1][None], arange(6, 7)[None])[0]
+    fresh = adapter.forward(cache, WindowInputs(a[:1][None], arange(6, 7)[None]))[0]
     torch.testing.assert_close(after, fresh, atol=1e-4, rtol=1e-4)
 
 

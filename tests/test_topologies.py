@@ -14,6 +14,7 @@ import pytest
 import torch
 from chain_reference import REFERENCE, decode_case
 
+from sjdbench.adapter import WindowInputs
 from sjdbench.config import build_preset, compose_run, decoder_spec
 from sjdbench.decoding.loop import jacobi_decode, verify_windows
 from sjdbench.decoding.parts import SampleView, Window
@@ -93,7 +94,7 @@ def committed_cache(adapter, prefix: torch.Tensor, extra: int = 40):
     prompt = adapter.encode_prompt(PROMPT)
     cache = adapter.new_cache(1, prompt.length, extra)
     adapter.prefill(cache, [0], [prompt])
-    adapter.forward(cache, prefix[None], torch.arange(prefix.numel())[None])[0]
+    adapter.forward(cache, WindowInputs(prefix[None], torch.arange(prefix.numel())[None]))[0]
     adapter.commit(cache, torch.arange(prefix.numel())[None])
     return cache
 
@@ -109,7 +110,9 @@ def test_tree_forward_equals_each_path_and_path_compaction_equals_prefill(model,
     tokens = torch.cat([prefix[3:4], level1, level2.repeat(3), codes(adapter, 1, 3)])
     depth = np.array([0, 1, 1, 1, 2, 2, 2, 2, 2, 2, 3])
     mask = torch.from_numpy(ancestor_mask(np.array(parent)))
-    logits = adapter.forward(cache, tokens[None], torch.as_tensor(3 + depth)[None], mask[None])[0]  # (2, 11, V)
+    logits = adapter.forward(cache, WindowInputs(tokens[None], torch.as_tensor(3 + depth)[None], mask[None]))[
+        0
+    ]  # (2, 11, V)
 
     def path(slot: int) -> list[int]:
         return ([] if parent[slot] < 0 else path(parent[slot])) + [slot]
@@ -117,17 +120,17 @@ def test_tree_forward_equals_each_path_and_path_compaction_equals_prefill(model,
     for slot in range(len(parent)):
         slots = path(slot)
         cache = committed_cache(adapter, prefix[:3])
-        alone = adapter.forward(cache, tokens[slots][None], torch.arange(3, 3 + len(slots))[None])[0]
+        alone = adapter.forward(cache, WindowInputs(tokens[slots][None], torch.arange(3, 3 + len(slots))[None]))[0]
         torch.testing.assert_close(logits[:, slot], alone[:, -1], atol=1e-4, rtol=1e-4)
 
     # keep the path root -> child 2 -> its second grandchild (slots 0, 2, 7): equals prefilling it
     cache = committed_cache(adapter, prefix[:3])
-    adapter.forward(cache, tokens[None], torch.as_tensor(3 + depth)[None], mask[None])
+    adapter.forward(cache, WindowInputs(tokens[None], torch.as_tensor(3 + depth)[None], mask[None]))
     adapter.commit(cache, torch.tensor([0, 2, 7])[None])
     probe = codes(adapter, 3, 4)
-    after = adapter.forward(cache, probe[None], torch.arange(6, 9)[None])[0]
+    after = adapter.forward(cache, WindowInputs(probe[None], torch.arange(6, 9)[None]))[0]
     cache = committed_cache(adapter, torch.cat([prefix[:4], tokens[[2, 7]]]))
-    fresh = adapter.forward(cache, probe[None], torch.arange(6, 9)[None])[0]
+    fresh = adapter.forward(cache, WindowInputs(probe[None], torch.arange(6, 9)[None]))[0]
     torch.testing.assert_close(after, fresh, atol=1e-4, rtol=1e-4)
 
 
@@ -150,13 +153,13 @@ def test_rows_forward_equals_each_row_and_prefix_compaction_equals_separate_comm
     mask[:4, :4] = torch.ones(4, 4, dtype=torch.bool).tril()
     mask[4:, 4:] = torch.ones(4, 4, dtype=torch.bool).tril()
     mask[1:4, 0] = False  # row 1's re-fed token is already cached: its drafts see that copy
-    both = adapter.forward(cache, torch.cat([a, b])[None], torch.cat([a_pos, b_pos])[None], mask[None])[0]
+    both = adapter.forward(cache, WindowInputs(torch.cat([a, b])[None], torch.cat([a_pos, b_pos])[None], mask[None]))[0]
 
     cache = committed_cache(adapter, committed)
-    alone_a = adapter.forward(cache, a[1:][None], a_pos[1:][None])[0]  # drafts after the cached token
-    root_a = adapter.forward(cache, a[:1][None], a_pos[:1][None])[0]
+    alone_a = adapter.forward(cache, WindowInputs(a[1:][None], a_pos[1:][None]))[0]  # drafts after the cached token
+    root_a = adapter.forward(cache, WindowInputs(a[:1][None], a_pos[:1][None]))[0]
     cache = committed_cache(adapter, committed)
-    alone_b = adapter.forward(cache, b[None], b_pos[None])[0]
+    alone_b = adapter.forward(cache, WindowInputs(b[None], b_pos[None]))[0]
     torch.testing.assert_close(both[:, 1:4], alone_a, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(both[:, :1], root_a, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(both[:, 4:], alone_b, atol=1e-4, rtol=1e-4)
@@ -164,18 +167,18 @@ def test_rows_forward_equals_each_row_and_prefix_compaction_equals_separate_comm
     # keep row 1's cols 3..4 and row 2's anchor and col 0 (a cache with a hole between the rows),
     # then probe row 1's col 5 and row 2's col 1
     cache = committed_cache(adapter, committed)
-    adapter.forward(cache, torch.cat([a, b])[None], torch.cat([a_pos, b_pos])[None], mask[None])
+    adapter.forward(cache, WindowInputs(torch.cat([a, b])[None], torch.cat([a_pos, b_pos])[None], mask[None]))
     adapter.commit(cache, torch.tensor([1, 2, 4, 5])[None])
     probe_tokens, probe_pos = torch.cat([a[3:4], b[2:3]]), torch.stack([a_pos[3], b_pos[2]])
     probe_mask = torch.eye(2, dtype=torch.bool)
-    after = adapter.forward(cache, probe_tokens[None], probe_pos[None], probe_mask[None])[0]
+    after = adapter.forward(cache, WindowInputs(probe_tokens[None], probe_pos[None], probe_mask[None]))[0]
 
     cache = committed_cache(adapter, committed)  # the same keys by separate forwards: row 2 first, as it never saw
-    adapter.forward(cache, b[:2][None], b_pos[:2][None])  # row 1's cols 3..4
+    adapter.forward(cache, WindowInputs(b[:2][None], b_pos[:2][None]))  # row 1's cols 3..4
     adapter.commit(cache, torch.arange(2)[None])
-    adapter.forward(cache, a[1:3][None], a_pos[1:3][None])
+    adapter.forward(cache, WindowInputs(a[1:3][None], a_pos[1:3][None]))
     adapter.commit(cache, torch.arange(2)[None])
-    fresh = adapter.forward(cache, probe_tokens[None], probe_pos[None], probe_mask[None])[0]
+    fresh = adapter.forward(cache, WindowInputs(probe_tokens[None], probe_pos[None], probe_mask[None]))[0]
     torch.testing.assert_close(after, fresh, atol=1e-4, rtol=1e-4)
 
 
@@ -391,9 +394,9 @@ class Recorder:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def forward(self, cache, tokens, positions, mask=None, horizon=None):
-        self.calls.append((positions[0].clone(), None if mask is None else mask[0].clone()))
-        return self.inner.forward(cache, tokens, positions, mask, horizon)
+    def forward(self, cache, window):
+        self.calls.append((window.positions[0].clone(), None if window.mask is None else window.mask[0].clone()))
+        return self.inner.forward(cache, window)
 
 
 def test_zipar_is_one_token_per_row_per_forward_with_the_row_lag(debug):

@@ -38,7 +38,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from sjdbench.adapter import ImageARAdapter, Sampling, require_hidden_states
+from sjdbench.adapter import ImageARAdapter, Sampling, WindowInputs, require_hidden_states
 from sjdbench.decoding.chain_step import ChainStep, takes_fixed_step
 from sjdbench.decoding.history import ProbabilityHistory
 from sjdbench.decoding.inits.neighbours import neighbour_tables
@@ -509,15 +509,13 @@ class BatchDecode:
                 n = len(w)
                 mask[b, :n, :n] = w.mask if w.mask is not None else torch.ones(n, n, dtype=torch.bool).tril()
         positions_t = torch.as_tensor(positions, device=self.device)
-        padded = None if (lengths == L).all() else lengths.tolist()
-        extra = {} if padded is None else {"lengths": padded}  # an unpadded batch needs no lengths
+        padded = None if (lengths == L).all() else lengths.tolist()  # an unpadded batch needs no lengths
+        window = WindowInputs(tokens, positions_t, mask, int(positions.max()) + 1, padded)
         hidden = None
         if self.drafter is not None:  # (B, 2, L, D) the drafter pairs decided tokens with them
-            logits, hidden = self.states_model.forward_states(
-                self.cache, tokens, positions_t, mask, int(positions.max()) + 1, **extra
-            )
+            logits, hidden = self.states_model.forward_states(self.cache, window)
         else:
-            logits = self.adapter.forward(self.cache, tokens, positions_t, mask, int(positions.max()) + 1, **extra)
+            logits = self.adapter.forward(self.cache, window)
         if self.chain_step is not None:  # processed with the tests, over the whole window (verify_chains)
             p, bad = logits[:0, 0], self.bad_prefill
         else:

@@ -126,12 +126,10 @@ class Proposal(Part[ConfigT]):
         between samples that share a generator (decodes one after another)."""
         return False
 
-    @property
-    def rowwise(self) -> bool:
-        """Whether `propose` is a row-wise function of p, the waiting drafts and one uniform per row
-        (`ctx.draws.uniform(1)`), reading no sample key: then a chain may call it over every slot of a
-        fixed-shape window and keep the proposing ones (sjdbench.decoding.chain_step)."""
-        return False
+    # Whether `propose` is a row-wise function of p, the waiting drafts and one uniform per row
+    # (`ctx.draws.uniform(1)`), reading no sample key: then a chain may call it over every slot of a
+    # fixed-shape window and keep the proposing ones (sjdbench.decoding.chain_step).
+    rowwise: bool = False
 
     def propose(
         self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from sjdbench.adapter import PromptBatch, PromptStates, Sampling, SegmentLayout
+from sjdbench.adapter import PromptBatch, PromptStates, Sampling, SegmentLayout, WindowInputs
 from sjdbench.errors import UserError
 from sjdbench.models.cache import KVShape, WindowCache
 from sjdbench.models.gsd_threshold import nearest_neighbour_threshold
@@ -159,41 +159,20 @@ class WindowedAdapter:
         return torch.nn.functional.pad(prompt.tokens.to(self.device), (P - prompt.length, 0))
 
     @torch.inference_mode()
-    def forward(
-        self,
-        cache: WindowCache,
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        horizon: int | None = None,
-        lengths: list[int] | None = None,  # padding slots are computed like any other: nothing to skip
-    ) -> torch.Tensor:
-        return self._window(cache, tokens, positions, mask, horizon)[0]
+    def forward(self, cache: WindowCache, window: WindowInputs) -> torch.Tensor:
+        # window.lengths: padding slots are computed like any other, nothing to skip
+        return self._window(cache, window)[0]
 
     @torch.inference_mode()
-    def forward_states(
-        self,
-        cache: WindowCache,
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        horizon: int | None = None,
-        lengths: list[int] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_states(self, cache: WindowCache, window: WindowInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward` plus each slot's hidden state (B, 2, L, D), for a drafter (the capability's window)."""
-        logits, hidden = self._window(cache, tokens, positions, mask, horizon)
-        B, L = tokens.shape
+        logits, hidden = self._window(cache, window)
+        B, L = window.tokens.shape
         return logits, hidden.view(B, 2, L, -1)
 
-    def _window(
-        self,
-        cache: WindowCache,
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        mask: torch.Tensor | None,
-        horizon: int | None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _window(self, cache: WindowCache, window: WindowInputs) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits (B, 2, L, V), hidden (2B, L, D)): the head's input comes for free with its output."""
+        tokens, positions, mask, horizon = window.tokens, window.positions, window.mask, window.horizon
         B, L = tokens.shape
         slots = cache.compiled_slots(L, horizon) if self.compile else L
         rotary, attend = cache.begin_window(positions, mask, horizon, slots, bucket_keys=self.compile)

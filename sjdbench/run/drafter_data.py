@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from sjdbench.adapter import require_hidden_states
+from sjdbench.adapter import WindowInputs, require_hidden_states
 from sjdbench.decoding.processing import StructureMasks, process_logits
 
 COND_SHARE = 0.9  # LANTERN's share of conditional sequences (train_drafter/data_utils.py)
@@ -64,7 +64,7 @@ def sample_batch(adapter: Any, prompts: list[str], seed: int) -> torch.Tensor:
         tokens[:, j] = torch.multinomial(probs.double().cpu(), 1, generator=generator)[:, 0].to(adapter.device)
         if j + 1 < N:
             positions = torch.full((n, 1), j, dtype=torch.long, device=adapter.device)
-            logits = adapter.forward(cache, tokens[:, j : j + 1], positions, horizon=j + 1)[:, :, 0]
+            logits = adapter.forward(cache, WindowInputs(tokens[:, j : j + 1], positions, horizon=j + 1))[:, :, 0]
             adapter.commit(cache, keep)
     return tokens
 
@@ -79,7 +79,7 @@ def teacher_forced(adapter: Any, prompts: list[str], tokens: torch.Tensor, rows:
     cache = adapter.new_cache(n, P, N)
     _, states = adapter.prefill_states(cache, list(range(n)), encoded)
     positions = torch.arange(N, device=adapter.device).expand(n, N)
-    _, hidden = adapter.forward_states(cache, tokens, positions)  # (n, 2, N, D)
+    _, hidden = adapter.forward_states(cache, WindowInputs(tokens, positions))  # (n, 2, N, D)
     out = []
     for b, row in enumerate(rows):
         real = states.valid[b, row]

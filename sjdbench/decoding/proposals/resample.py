@@ -13,13 +13,11 @@ from sjdbench.decoding.processing import sample
 
 
 class ResampleProposal(Proposal[NoKnobs]):
+    rowwise = True
+
     @classmethod
     def lossless(cls, config: NoKnobs, **children: bool) -> bool:
         """Each draft is drawn from p and stored with q = p: the exact test stays exact."""
-        return True
-
-    @property
-    def rowwise(self) -> bool:
         return True
 
     def propose(

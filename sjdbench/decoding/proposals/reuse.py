@@ -38,9 +38,7 @@ class ReuseProposal(Proposal[ReuseConfig]):
 
     Config = ReuseConfig
 
-    @property
-    def rowwise(self) -> bool:
-        return True
+    rowwise = True
 
     def propose(
         self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext

@@ -115,15 +115,12 @@ class VPProposal(Proposal[VPConfig]):
         from sjdbench.decoding.proposals.resample import ResampleProposal
 
         self.inner = inner if inner is not None else ResampleProposal()
+        self.rowwise = self.inner.rowwise
         self.history_depth = self.config.history + 1  # the EWA reads H past iterations plus the current one
 
     @property
     def reads_sample_key(self) -> bool:
         return self.inner.reads_sample_key
-
-    @property
-    def rowwise(self) -> bool:
-        return self.inner.rowwise
 
     def propose(
         self, p: torch.Tensor, waiting: WaitingDrafts, ctx: ProposalContext
