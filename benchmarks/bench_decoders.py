@@ -4,6 +4,7 @@ goes (model forwards vs decoding machinery), in one process.
     python benchmarks/bench_decoders.py                          # toy model, every preset, W = 16, 32, 64
     python benchmarks/bench_decoders.py --decoders sjd sjd_vp --windows 32 --prompts 4
     python benchmarks/bench_decoders.py --model debug --prompts 2 --windows 4 --overhead-prompts 1
+    python benchmarks/bench_decoders.py --decoders sjd --windows 16 --compile   # the compiled decode
 
 Latency: AR and every (decoder, W) decode the same prompt with the same seed one after another,
 prompt by prompt, through `runner.timed_decode` (the function `sjdbench run` times with), so
@@ -108,6 +109,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the runs' default)")
     parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="model.compile=true: the forward and the chain's fixed-shape step compiled (the warm-up compiles)",
+    )
+    parser.add_argument(
         "--markdown",
         metavar="FILE",
         help="also write the printed table as a docs fragment, e.g. docs/generated/bench_decoders.md",
@@ -120,6 +126,8 @@ def main() -> None:
     base = [f"data={args.data}", f"data.limit={args.prompts}", f"device={device}"]
     if args.model:
         base.append(f"model={args.model}")
+    if args.compile:
+        base.append("model.compile=true")
     ar_cfg = compose_run([*base, "decoder=ar"])
     adapter = build_adapter(ar_cfg.model.name, dict(ar_cfg.model.options), device)
     sampling = resolve_sampling(adapter.default_sampling, ar_cfg.sampling)
@@ -160,7 +168,8 @@ def main() -> None:
 
     tokens = adapter.layout.n_positions
     print(
-        f"# model={adapter.name} prompts={len(prompts)} tokens/image={tokens} device={device} threads={threads} "
+        f"# model={adapter.name} compiled={args.compile} prompts={len(prompts)} tokens/image={tokens} device={device} "
+        f"threads={threads} "
         f"cpu={cpu_model()} cpus={cpus_available()} load_1m={load_start}->{load_1m()} busy_decodes={busy}"
     )
     print(

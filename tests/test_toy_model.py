@@ -221,6 +221,7 @@ def test_compiled_decoding_equals_eager_in_float64(preset):
     from sjdbench.config import build_preset
     from sjdbench.decoding.loop import Request, jacobi_decode_batch
 
+    torch._dynamo.reset()  # graphs compiled by earlier tests in this process would not be counted
     options = dict(grid_h=8, grid_w=8, n_codes=32, init_std=0.5, dtype="fp64")  # 72 positions: 2 key buckets
     eager, compiled = build_debug_adapter(**options), build_debug_adapter(**options, compile=True)
     prompts = ["a red circle", "two blue squares on a striped background", "x"]
