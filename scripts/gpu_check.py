@@ -4,7 +4,7 @@
     python scripts/gpu_check.py --dry-run             # the same code on the CPU, tiny configs, into a temp dir
     python scripts/gpu_check.py --sections models --models janus emu3 --budget 300
 
-Four sections, in order, each inside its own share of one total budget (`--budget`, default 460 s):
+Five sections, in order, each inside its own share of one total budget (`--budget`, default 460 s):
 
 1. models: for each real architecture at full size with random weights (`weights=random`, bf16), the
    cost of one decoding step with the prompt prefilled and half the image decoded: an AR step (a
@@ -16,9 +16,12 @@ Four sections, in order, each inside its own share of one total budget (`--budge
    repeats; the warm-up (for compiled steps: the compilation) is recorded on its own.
 2. toy: the toy model's throughput (images per second through the real decoding loop) against the
    batch size, for AR and SJD.
-3. batched: float64 batched decoding equals unbatched decoding on the debug model (B = 3 in lockstep
+3. step: the toy compiled, whole decodes with the chain's fixed-shape step against the general loop
+   (paired, tokens compared) for sjd, sjd_vp and ar at B = 1 and 8: whether `loop.CHAIN_STEP`'s
+   default, the step for compiled decodes on CUDA, pays on this GPU.
+4. batched: float64 batched decoding equals unbatched decoding on the debug model (B = 3 in lockstep
    against three B = 1 decodes), per preset, with the first differing position where it does not.
-4. chi2: the exactness suite's chi-square test (tabulated enumerable model, exact AR probabilities)
+5. chi2: the exactness suite's chi-square test (tabulated enumerable model, exact AR probabilities)
    with decoding on the device, for a few lossless presets.
 
 Every section runs inside try/except and stops starting new work when its share is spent (what it
@@ -66,16 +69,17 @@ sys.path.insert(0, str(ROOT))  # run from a source checkout without installing
 COMPILE_OPTIONS: dict[str, Any] = {"compile": True}
 
 REAL_MODELS = ("lumina", "llamagen", "janus", "emu3", "anole")  # each measured if its conf/model/<name>.yaml exists
-SECTIONS = ("models", "toy", "batched", "chi2")
+SECTIONS = ("models", "toy", "step", "batched", "chi2")
 TITLES = {
     "models": "Per-step cost of the real architectures (random weights)",
     "toy": "Toy model: throughput against batch size",
+    "step": "Toy model compiled: the chain's fixed-shape step against the general loop",
     "batched": "float64: batched decoding = unbatched decoding (debug model)",
     "chi2": "Chi-square exactness test on the device",
 }
 # shares of the total budget; the rest is start-up and writing. A section may also use what the
 # sections before it left unspent (deadlines are cumulative).
-SHARES = {"models": 0.66, "toy": 0.12, "batched": 0.06, "chi2": 0.12}
+SHARES = {"models": 0.58, "toy": 0.12, "step": 0.08, "batched": 0.06, "chi2": 0.12}
 GRACE_S = 20.0  # a section running this far past its deadline is interrupted
 PROMPT = "a photo of a red cube on a wooden table, soft light"
 BATCH_PROMPTS = ("a red circle", "two blue squares on a striped background", "x")  # different lengths
@@ -96,6 +100,8 @@ class Plan:
     compile_guess_s: float  # what a first compilation is assumed to take before one is measured
     toy_batches: tuple[int, ...]
     toy_passes: int  # batch cycles timed per point: passes x B prompts, B at a time
+    step_presets: tuple[str, ...]  # compiled, with the chain step and with the general loop
+    step_batches: tuple[int, ...]
     batched_presets: tuple[str, ...]
     chi2_presets: tuple[str, ...]
     chi2_samples: int  # per preset (fewer when the share runs out; the test reports the count)
@@ -123,6 +129,8 @@ def full_plan(device: str) -> Plan:
         compile_guess_s=60.0,
         toy_batches=(1, 2, 4, 8, 16, 32, 64),
         toy_passes=2,
+        step_presets=("sjd", "sjd_vp", "ar"),
+        step_batches=(1, 8),
         batched_presets=("ar", "sjd", "sjd_vp", "sjd_pp", "lantern", "gsd", "sjd_pac", "pjd", "zipar", "mc_sjd"),
         chi2_presets=("sjd", "sjd_vp", "sjd_pac"),
         chi2_samples=8000,  # the fast exactness suite's count
@@ -143,6 +151,8 @@ def dry_plan() -> Plan:
         compile_guess_s=5.0,
         toy_batches=(1, 2),
         toy_passes=1,
+        step_presets=("sjd",),
+        step_batches=(1,),
         batched_presets=("sjd", "sjd_vp"),
         chi2_presets=("sjd", "sjd_vp"),
         chi2_samples=200,
@@ -732,7 +742,67 @@ def toy_section(section: Section) -> None:
             check.progress(f"toy: {what}: {ips:.2f} img/s (NFE {nfe:.1f})")
 
 
-# -- section 3: float64 batched = unbatched --------------------------------------------------------
+# -- section 3: the chain's fixed-shape step against the general loop, compiled ----------------------
+
+
+def step_section(section: Section) -> None:
+    """Whether `loop.CHAIN_STEP`'s default (the step for compiled decodes on CUDA) pays here: whole
+    compiled decodes of the toy with the step and with the general loop, paired (same prompts and
+    seeds, the tokens compared), after an untimed round that compiles both."""
+    import sjdbench.decoding.loop as loop
+    from sjdbench.config import build_preset
+    from sjdbench.decoding.loop import Request, jacobi_decode_batch
+    from sjdbench.models.registry import entry
+
+    check, plan = section.check, section.check.plan
+    device = plan.device
+    adapter = entry("toy").load(device, compile=True)
+    section.note(
+        "model toy, model.compile=true; per (preset, B): B held-out-style prompts decoded B at a time with "
+        "loop.CHAIN_STEP='always' (the step) and 'never' (the general loop), one untimed round each first "
+        "(it compiles), then one timed round each; step / general below 1: the step pays"
+    )
+    prompts = [f"a {c} {s}" for c in ("red", "blue", "green", "yellow") for s in ("circle", "square")]
+    default = loop.CHAIN_STEP
+
+    def decode(decoder: Any, batch: int, policy: str) -> tuple[float, dict[int, torch.Tensor]]:
+        loop.CHAIN_STEP = policy  # type: ignore[assignment]
+        requests = [
+            Request(prompts[i % len(prompts)], torch.Generator(device).manual_seed(i), key=i) for i in range(batch)
+        ]
+        synchronize(device)
+        began = time.perf_counter()
+        decoded = jacobi_decode_batch(adapter, requests, decoder, adapter.default_sampling, batch)
+        tokens = {r.key: out.tokens for r, out in decoded}
+        synchronize(device)
+        return time.perf_counter() - began, tokens
+
+    try:
+        for preset in plan.step_presets:
+            decoder = build_preset(preset, adapter)
+            for batch in plan.step_batches:
+                what = f"{preset} B={batch}"
+                if section.left() < 5.0:
+                    section.skip(what, f"{section.left():.0f} s left")
+                    continue
+                try:
+                    for policy in ("always", "never"):  # untimed: compiles
+                        decode(decoder, batch, policy)
+                    step_s, step_tokens = decode(decoder, batch, "always")
+                    general_s, general_tokens = decode(decoder, batch, "never")
+                except Exception as error:  # noqa: BLE001
+                    section.fail(what, error)
+                    continue
+                same = all(torch.equal(step_tokens[k], v) for k, v in general_tokens.items())
+                row = {"preset": preset, "B": batch, "step_s": round(step_s, 3), "general_s": round(general_s, 3)}
+                row.update(step_over_general=round(step_s / general_s, 3), same_tokens=same)
+                section.add("fixed_step", row)
+                check.progress(f"step: {what}: step / general {step_s / general_s:.3f}, same tokens {same}")
+    finally:
+        loop.CHAIN_STEP = default
+
+
+# -- section 4: float64 batched = unbatched --------------------------------------------------------
 
 
 def batched_section(section: Section) -> None:
@@ -794,7 +864,7 @@ def first_difference(alone: list[torch.Tensor], together: list[torch.Tensor]) ->
     return None
 
 
-# -- section 4: the chi-square test on the device ---------------------------------------------------
+# -- section 5: the chi-square test on the device ---------------------------------------------------
 
 
 # decoder overrides that make each preset act on the enumerable model's 6 positions (as the exactness
@@ -1032,6 +1102,7 @@ def main(argv: list[str] | None = None) -> int:
     sections: dict[str, Callable[[Section], None]] = {
         "models": functools.partial(models_section, requested=args.models),
         "toy": toy_section,
+        "step": step_section,
         "batched": batched_section,
         "chi2": chi2_section,
     }

@@ -19,9 +19,9 @@ PROMPTS = ["a red circle", "two blue squares on a striped background", "x", "a g
 
 
 @pytest.fixture(autouse=True)
-def eager_step(monkeypatch):
-    """Eager decodes keep the general loop unless asked: here the fixed step runs eagerly too."""
-    monkeypatch.setattr(loop, "EAGER_CHAIN_STEP", True)
+def fixed_step(monkeypatch):
+    """On a CPU decodes keep the general loop unless asked: here the fixed step runs wherever it can."""
+    monkeypatch.setattr(loop, "CHAIN_STEP", "always")
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def takes(decoder) -> bool:
 
 def general(monkeypatch, adapter, decoder, batch: int) -> dict:
     with monkeypatch.context() as patch:
-        patch.setattr(loop, "EAGER_CHAIN_STEP", False)
+        patch.setattr(loop, "CHAIN_STEP", "never")
         patch.setattr(adapter, "_chain_steps", {}, raising=False)
         return decode(adapter, decoder, batch)
 
@@ -65,6 +65,32 @@ def test_the_fixed_step_decodes_what_the_general_loop_decodes(debug64, monkeypat
     assert steps, "the fixed step did not run"
 
 
+@pytest.mark.parametrize(
+    "policy, compile, device, runs",
+    [
+        ("compiled-cuda", True, "cuda", True),
+        ("compiled-cuda", True, "cpu", False),  # measured slower on a CPU, compiled or not
+        ("compiled-cuda", False, "cuda", False),
+        ("always", False, "cpu", True),
+        ("never", True, "cuda", False),
+    ],
+)
+def test_the_step_runs_where_the_policy_says(debug64, monkeypatch, policy, compile, device, runs):
+    """Which decodes take the step: by default compiled decodes on CUDA only (the adapter's device and
+    compile flag are all the choice reads, so a stand-in device is enough here)."""
+    monkeypatch.setattr(loop, "CHAIN_STEP", policy)
+    decoder = build_preset("sjd", debug64)
+
+    class Stand:
+        pass
+
+    adapter = Stand()
+    adapter.device, adapter.compile = torch.device(device), compile
+    step = loop.chain_step(adapter, decoder, decoder.topology, debug64.default_sampling, drafter=False)
+    assert (step is not None) == runs
+    assert step is None or step.compiled == compile
+
+
 @pytest.mark.parametrize("preset", GENERAL)
 def test_parts_the_step_cannot_run_keep_the_general_loop(debug64, preset):
     assert not takes(build_preset(preset, debug64))
@@ -75,12 +101,13 @@ def test_parts_the_step_cannot_run_keep_the_general_loop(debug64, preset):
 def test_compiled_equals_eager_in_float64(monkeypatch, preset):
     eager = build_debug_adapter(grid_h=5, grid_w=5, n_codes=32, init_std=0.5, dtype="float64")
     decoder = build_preset(preset, eager)
-    monkeypatch.setattr(loop, "EAGER_CHAIN_STEP", False)
+    monkeypatch.setattr(loop, "CHAIN_STEP", "never")
     want = decode(eager, decoder, 1)  # the general loop, eager
     compiled = build_debug_adapter(grid_h=5, grid_w=5, n_codes=32, init_std=0.5, dtype="float64")
     compiled.compile = True
     steps: dict = {}
     monkeypatch.setattr(compiled, "_chain_steps", steps, raising=False)
+    monkeypatch.setattr(loop, "CHAIN_STEP", "always")  # on a CPU the default keeps the general loop
     for batch in (1, 3):
         assert_same(decode(compiled, build_preset(preset, compiled), batch), want, f"{preset} B={batch} compiled")
     assert steps and all(step.compiled for step in steps.values())

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
-SECTIONS = ("models", "toy", "batched", "chi2")
+SECTIONS = ("models", "toy", "step", "batched", "chi2")
 
 # runs a Python file with the evaluation packages made unimportable: the GPU check and the CLI need neither
 # (None in sys.modules: importing it fails as for a package that is not installed, and probing for it
@@ -89,11 +89,13 @@ def test_the_step_costs_are_measured_for_every_model_eager_and_compiled(dry_run)
 
 
 @pytest.mark.slow  # the script's dry run takes about half a minute
-def test_toy_batched_and_chi_square_rows(dry_run):
+def test_toy_step_batched_and_chi_square_rows(dry_run):
     report, _, _ = dry_run
     sections = report["sections"]
     for row in sections["toy"]["tables"]["throughput"]:
         assert row["img_per_s"] > 0 and row["NFE"] > 0
+    steps = sections["step"]["tables"]["fixed_step"]
+    assert steps and all(row["same_tokens"] and row["step_over_general"] > 0 for row in steps)
     presets = sections["batched"]["tables"]["presets"]
     assert presets and all(row["tokens_equal"] and row["stats_equal"] for row in presets)  # float64 on a CPU
     for row in sections["chi2"]["tables"]["tests"]:
@@ -118,7 +120,7 @@ def test_a_failing_or_overrunning_section_loses_nothing_else(tmp_path, monkeypat
     files say which did what."""
     script = load_script()
     monkeypatch.setattr(script, "GRACE_S", 0.3)
-    shares = {"models": 0.2, "toy": 0.2, "batched": 0.1, "chi2": 0.4}
+    shares = {"models": 0.2, "toy": 0.2, "step": 0.05, "batched": 0.1, "chi2": 0.35}
     check = script.Check(script.dry_plan(), 10.0, shares, tmp_path, "python scripts/gpu_check.py --test")
     check.started = time.monotonic()  # the clock starts now: models until 2 s, toy until 4 s, ...
 
@@ -132,10 +134,11 @@ def test_a_failing_or_overrunning_section_loses_nothing_else(tmp_path, monkeypat
         section.add("rows", {"value": 2.5})
         time.sleep(30)
 
-    check.run(list(SECTIONS), {"models": overruns, "toy": fails, "batched": measures, "chi2": measures})
+    sections = {"models": overruns, "toy": fails, "step": measures, "batched": measures, "chi2": measures}
+    check.run(list(SECTIONS), sections)
     report = json.loads(check.json_path.read_text())
     status = {name: record["status"] for name, record in report["sections"].items()}
-    assert status == {"models": "interrupted", "toy": "failed", "batched": "done", "chi2": "done"}
+    assert status == {"models": "interrupted", "toy": "failed", "step": "done", "batched": "done", "chi2": "done"}
     assert report["sections"]["models"]["tables"]["rows"] == [{"value": 2.5}]  # kept what it measured
     assert report["sections"]["models"]["elapsed_s"] < 10
     assert "a model that does not build" in report["sections"]["toy"]["reason"]
@@ -166,7 +169,7 @@ def test_bad_shares_are_refused_in_one_line(capsys):
     assert script.main(["--dry-run", "--share", "model=0.5"]) == 2
     assert (
         capsys.readouterr().err
-        == "error: --share model=0.5: unknown section; choose one of: models, toy, batched, chi2\n"
+        == "error: --share model=0.5: unknown section; choose one of: models, toy, step, batched, chi2\n"
     )
     with pytest.raises(ValueError, match="must not exceed 1"):
         script.parse_shares(["models=0.9"])

@@ -214,8 +214,7 @@ def test_compiled_decoding_equals_eager_in_float64(preset):
     """A compiled decode is the eager one token for token, and statistic for statistic, in float64 at
     B = 1 and 3, over prompts of different lengths (so shapes change with the window's length, the
     keys' bucket and the batch). The prompts share compiled shapes: an AR decode compiles one forward
-    per key bucket and batch size and one chain step per batch size, not one per prompt. Slow: each
-    shape compiles in ~5 s on 2 cores."""
+    per key bucket and batch size, not one per prompt. Slow: each shape compiles in ~5 s on 2 cores."""
     from torch._dynamo.utils import counters
 
     from sjdbench.config import build_preset
@@ -235,9 +234,9 @@ def test_compiled_decoding_equals_eager_in_float64(preset):
             decoded = jacobi_decode_batch(adapter, requests, decoder, adapter.default_sampling, batch)
             results.append({r.key: out for r, out in decoded})
             if adapter is compiled and preset == "ar":
-                # the window forward: 1 slot, keys of 64 or 128 entries (2 graphs); the chain step's
-                # verification at this batch size (1 graph; AR proposes nothing)
-                assert 0 < counters["stats"]["unique_graphs"] - graphs <= 3
+                # the window forward: 1 slot, keys of 64 or 128 entries (2 graphs; on a CPU the loop's
+                # chain step is not compiled, loop.CHAIN_STEP)
+                assert 0 < counters["stats"]["unique_graphs"] - graphs <= 2
         for key, out in results[0].items():
             assert torch.equal(results[1][key].tokens, out.tokens), (preset, batch, key)
             assert results[1][key].stats.to_row() == out.stats.to_row(), (preset, batch, key)

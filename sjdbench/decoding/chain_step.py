@@ -11,8 +11,10 @@ static shapes, B samples x W slots x V:
 - `ChainStep.propose`: the next drafts from every slot's p, each with the draft that waits after it.
 
 Data-dependent choices are masks and index arithmetic, so with `compile=True` each function is
-compiled whole (`fullgraph=True`, one compiled shape per batch size; CUDA graphs on a GPU), and the
-loop reads back once per iteration what its host bookkeeping needs (which drafts passed).
+compiled whole (`fullgraph=True`, one compiled shape per batch size; inductor's default mode, no CUDA
+graphs), and the loop reads back once per iteration what its host bookkeeping needs (which drafts
+passed). Which decodes run it is `loop.CHAIN_STEP`'s choice: by default compiled decodes on CUDA, as
+on a CPU it measured no faster than the general loop.
 
 Random numbers stay the general loop's: the caller draws each sample's uniforms from its own
 generator with the calls that loop makes (the tests, then the emission, then the proposals), so both

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -137,20 +137,27 @@ def loop_constants(adapter: ImageARAdapter) -> LoopConstants:
     return constants
 
 
-# An eager decode keeps the general loop: run eagerly, the padded fixed-shape step measured 2 to 4
-# points more of the wall time outside the forwards (bench_decoders, sjd and sjd_vp at W = 16); it
-# pays only compiled. The tests set this to prove the two paths decode alike.
-EAGER_CHAIN_STEP = False
+# Which decodes run the chain's fixed-shape step instead of the general loop's verification and
+# proposals (both decode the same tokens). "compiled-cuda", the default: compiled decodes on a CUDA
+# device, where each of the general loop's small operator calls is a kernel launch and the step is one
+# graph. On a CPU it did not pay: eager, the padded step measured 2 to 4 points more of the wall time
+# outside the forwards (bench_decoders, sjd and sjd_vp at W = 16); compiled, whole toy decodes took
+# 1.05x the general loop's time at B = 1 (ar, sjd) and at B = 4 (sjd), as dynamo's per-call guards
+# and the padding cost more than the fused arithmetic saves at these sizes (docs/PERFORMANCE.md).
+# "always" (the tests: both paths alike; the GPU check: both timed) and "never" override it.
+CHAIN_STEP: Literal["compiled-cuda", "always", "never"] = "compiled-cuda"
 
 
 def chain_step(
     adapter: ImageARAdapter, decoder: Decoder, topology: Topology, sampling: Sampling, drafter: bool
 ) -> ChainStep | None:
     """The decoder's fixed-shape chain step, compiled with the model's forward (`model.compile`), or None
-    for an eager decode and where the parts need the general loop. Kept on the adapter per parts and sampling,
+    where `CHAIN_STEP` keeps the general loop and where the parts need it. Kept on the adapter per parts and sampling,
     so a compiled step is compiled once per process, not once per batch."""
     compile = bool(getattr(adapter, "compile", False))
-    if not (compile or EAGER_CHAIN_STEP) or not takes_fixed_step(topology, decoder.verifier, decoder.proposal, drafter):
+    cuda = torch.device(adapter.device).type == "cuda"
+    wanted = CHAIN_STEP == "always" or (CHAIN_STEP == "compiled-cuda" and compile and cuda)
+    if not wanted or not takes_fixed_step(topology, decoder.verifier, decoder.proposal, drafter):
         return None
     key = (decoder.verifier, decoder.proposal, sampling, decoder.settings.growth_observations, compile)
     steps = getattr(adapter, "_chain_steps", None)
