@@ -42,7 +42,7 @@ def test_bench_script_runs_and_prints_latency_overhead_and_window_cost(tmp_path)
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("# model=debug prompts=2 tokens/image=72 device=cpu threads=1")
+    assert lines[0].startswith("# model=debug compiled=False prompts=2 tokens/image=72 device=cpu threads=1")
     header = next(line for line in lines if line.startswith("decoder"))
     assert header.split() == ["decoder", "W", "NFE", "step", "x", "speedup", "lat", "ms", "outside", "ms/it"]
     rows = [line.split() for line in lines if line.split() and line.split()[0] in ("ar", "sjd", "lantern")]
@@ -83,3 +83,21 @@ def test_benchmarks_take_their_presets_from_the_decoder_config_group(tmp_path, m
         text = (SCRIPT.parent / name).read_text()
         assert "decoder_presets()" in text and '"jacobi",' not in text, name
     assert "decoder_presets()" in (SCRIPT.parents[1] / "scripts" / "study.py").read_text()
+
+
+@pytest.mark.slow  # about 10 s: runs the benchmark script
+def test_chain_step_bench_pairs_the_two_paths_and_checks_their_tokens():
+    """bench_chain_step.py decodes each batch with the fixed step and with the general loop, refuses
+    to print a ratio if their tokens differ, and prints one ratio per (preset, B)."""
+    script = SCRIPT.parent / "bench_chain_step.py"
+    args = [sys.executable, str(script), "--model", "debug", "--eager", "--presets", "sjd", "ar", "--batches", "1", "2"]
+    args += ["--repeats", "1"]
+    result = subprocess.run(
+        args, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("# debug, eager, device cpu")
+    rows = [line.split() for line in lines if line.split() and line.split()[0] in ("sjd", "ar")]
+    assert [(r[0], r[1]) for r in rows] == [("sjd", "1"), ("sjd", "2"), ("ar", "1"), ("ar", "2")]
+    assert all(float(r[2]) > 0 for r in rows)
