@@ -20,7 +20,8 @@ TV: the exactness suite's enumerable model (sjdbench.exactness.enumerable_model:
 n samples per decoder against the exact AR probabilities, with the noise floor an exact sampler has at
 that n and the chi-square p-value. Its grid is 2 tokens wide, so the rows presets run there with
 row_start = 1 (rows overlap by one token); the window covers the whole segment at every W, so one TV
-per decoder.
+per decoder. Greedy decoders and those with a trained drafter get none ("-"): the tabulated model has
+no hidden states for a drafter (their exactness is the drafter suites').
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import torch
 from sjdbench.config import compose_run, decoder_spec
 from sjdbench.config.identity import decoder_presets
 from sjdbench.data.prompts import load_prompts
+from sjdbench.decoder_identity import needs_drafter
 from sjdbench.decoding.loop import jacobi_decode
 from sjdbench.models.registry import build_adapter
 from sjdbench.report.generated import describe_machine, printed_markdown, script_command, tee_stdout, write_fragment
@@ -63,6 +65,13 @@ def is_greedy(decoder: str) -> bool:
     """Greedy decoders (Jacobi) equal greedy AR, not sampled AR: no TV to measure."""
     _, words = overrides_of(decoder)
     return decoder_spec(compose_run(words)).greedy
+
+
+def has_tv(decoder: str) -> bool:
+    """Whether the enumerable model can measure its TV: not for greedy decoders, nor for those that
+    draft with a trained drafter (the tabulated model has no hidden states to feed one)."""
+    _, words = overrides_of(decoder)
+    return not is_greedy(decoder) and not needs_drafter(decoder_spec(compose_run(words)).identity())
 
 
 def name_of(decoder: str) -> str:
@@ -109,7 +118,7 @@ def main() -> None:
     tv: dict[str, dict] = {}
     if args.tv_samples:
         start = time.time()
-        measured = [d for d in args.decoders if not is_greedy(d)]
+        measured = [d for d in args.decoders if has_tv(d)]
         with ProcessPoolExecutor(args.tv_workers, mp_context=mp.get_context("fork")) as pool:
             tv = dict(pool.map(tv_from_ar, measured, [args.tv_samples] * len(measured), range(len(measured))))
         print(f"# TV: {args.tv_samples} samples per decoder on the enumerable model, {time.time() - start:.0f} s")
