@@ -21,7 +21,8 @@ n samples per decoder against the exact AR probabilities, with the noise floor a
 that n and the chi-square p-value. Its grid is 2 tokens wide, so the rows presets run there with
 row_start = 1 (rows overlap by one token); the window covers the whole segment at every W, so one TV
 per decoder. Greedy decoders and those with a trained drafter get none ("-"): the tabulated model has
-no hidden states for a drafter (their exactness is the drafter suites').
+no hidden states for a drafter (their exactness is the drafter suites'); nor does a decoder whose part
+needs what the tabulated model lacks (a phrase table), which a `# TV: none for ...` line names.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from sjdbench.config.identity import decoder_presets
 from sjdbench.data.prompts import load_prompts
 from sjdbench.decoder_identity import needs_drafter
 from sjdbench.decoding.loop import jacobi_decode
+from sjdbench.errors import UserError
 from sjdbench.models.registry import build_adapter
 from sjdbench.report.generated import describe_machine, printed_markdown, script_command, tee_stdout, write_fragment
 from sjdbench.results.pairing import speedup
@@ -80,8 +82,9 @@ def name_of(decoder: str) -> str:
     return label(compose_run(overrides_of(decoder)[1]))
 
 
-def tv_from_ar(decoder: str, n: int, seed: int) -> tuple[str, dict]:
-    """TV, noise floor, chi-square p and mean NFE of n samples on the enumerable model."""
+def tv_from_ar(decoder: str, n: int, seed: int) -> tuple[str, dict | str]:
+    """TV, noise floor, chi-square p and mean NFE of n samples on the enumerable model, or why the
+    decoder cannot run there (a part that needs what the tabulated model lacks, e.g. a phrase table)."""
     from sjdbench.exactness import TabulatedAdapter, decoder_fit, enumerable_model
 
     torch.set_num_threads(1)
@@ -89,7 +92,10 @@ def tv_from_ar(decoder: str, n: int, seed: int) -> tuple[str, dict]:
     _, words = overrides_of(decoder)
     if is_rows(decoder):
         words.append("decoder.topology.row_start=1")
-    built = decoder_spec(compose_run([*words, "decoder.window=64"])).build(adapter, track_growth=False)
+    try:
+        built = decoder_spec(compose_run([*words, "decoder.window=64"])).build(adapter, track_growth=False)
+    except UserError as error:
+        return decoder, str(error)
     fit = decoder_fit(adapter, built, adapter.default_sampling, n, seed=seed)
     return decoder, {"tv": fit.tv, "noise": fit.tv_noise, "p": fit.p_value, "nfe": fit.mean_nfe}
 
@@ -120,7 +126,11 @@ def main() -> None:
         start = time.time()
         measured = [d for d in args.decoders if has_tv(d)]
         with ProcessPoolExecutor(args.tv_workers, mp_context=mp.get_context("fork")) as pool:
-            tv = dict(pool.map(tv_from_ar, measured, [args.tv_samples] * len(measured), range(len(measured))))
+            fits = dict(pool.map(tv_from_ar, measured, [args.tv_samples] * len(measured), range(len(measured))))
+        tv = {decoder: fit for decoder, fit in fits.items() if isinstance(fit, dict)}
+        for decoder, why in fits.items():
+            if isinstance(why, str):
+                print(f"# TV: none for {decoder}: {why}")
         print(f"# TV: {args.tv_samples} samples per decoder on the enumerable model, {time.time() - start:.0f} s")
 
     base = [f"model={args.model}", f"data={args.data}", f"data.limit={args.prompts}", f"device={args.device}"]
