@@ -39,14 +39,28 @@ PROMPTS = [
 PATHS = {"step": "always", "general": "never"}  # loop.CHAIN_STEP for each path
 
 
-def decode(adapter, decoder, batch: int, device: str) -> tuple[float, dict[int, torch.Tensor]]:
-    requests = [Request(PROMPTS[i % len(PROMPTS)], torch.Generator().manual_seed(i), key=i) for i in range(batch)]
-    synchronize(device)
-    start = time.perf_counter()
-    decoded = jacobi_decode_batch(adapter, requests, decoder, adapter.default_sampling, batch)
-    tokens = {r.key: out.tokens for r, out in decoded}
-    synchronize(device)
-    return time.perf_counter() - start, tokens
+def paired_round(adapter, decoder, batch: int, device: str, prompts: list[str] = PROMPTS) -> tuple[float, float, bool]:
+    """One decode of the same B prompts and seeds with the step and one with the general loop:
+    (seconds with the step, seconds with the general loop, whether their tokens are equal).
+    `loop.CHAIN_STEP` is restored afterwards. scripts/gpu_check.py times its `step` section with it."""
+    seconds, tokens = {}, {}
+    default = loop.CHAIN_STEP
+    try:
+        for path, policy in PATHS.items():
+            loop.CHAIN_STEP = policy  # type: ignore[assignment]
+            requests = [
+                Request(prompts[i % len(prompts)], torch.Generator(device).manual_seed(i), key=i) for i in range(batch)
+            ]
+            synchronize(device)
+            start = time.perf_counter()
+            decoded = jacobi_decode_batch(adapter, requests, decoder, adapter.default_sampling, batch)
+            tokens[path] = {r.key: out.tokens for r, out in decoded}
+            synchronize(device)
+            seconds[path] = time.perf_counter() - start
+    finally:
+        loop.CHAIN_STEP = default
+    same = all(torch.equal(tokens["step"][key], want) for key, want in tokens["general"].items())
+    return seconds["step"], seconds["general"], same
 
 
 def main() -> None:
@@ -67,18 +81,13 @@ def main() -> None:
     for preset in args.presets:
         decoder = build_preset(preset, adapter)
         for batch in args.batches:
-            times: dict[str, list[float]] = {path: [] for path in PATHS}
+            ratios = []
             for repeat in range(args.repeats + 1):  # the first round warms up (and compiles) each path
-                tokens = {}
-                for path, policy in PATHS.items():
-                    loop.CHAIN_STEP = policy  # type: ignore[assignment]
-                    seconds, tokens[path] = decode(adapter, decoder, batch, args.device)
-                    if repeat:
-                        times[path].append(seconds)
-                for key, want in tokens["general"].items():
-                    if not torch.equal(tokens["step"][key], want):
-                        raise SystemExit(f"{preset} B={batch}: the two paths decoded different tokens (sample {key})")
-            ratios = [s / g for s, g in zip(times["step"], times["general"])]
+                step_s, general_s, same = paired_round(adapter, decoder, batch, args.device)
+                if not same:
+                    raise SystemExit(f"{preset} B={batch}: the two paths decoded different tokens")
+                if repeat:
+                    ratios.append(step_s / general_s)
             each = " ".join(f"{r:.3f}" for r in ratios)
             print(f"{preset:<10}{batch:>4}  {statistics.median(ratios):.3f}   ({each})", flush=True)
 

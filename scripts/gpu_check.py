@@ -749,57 +749,36 @@ def step_section(section: Section) -> None:
     """Whether `loop.CHAIN_STEP`'s default (the step for compiled decodes on CUDA) pays here: whole
     compiled decodes of the toy with the step and with the general loop, paired (same prompts and
     seeds, the tokens compared), after an untimed round that compiles both."""
-    import sjdbench.decoding.loop as loop
+    from benchmarks.bench_chain_step import paired_round
     from sjdbench.config import build_preset
-    from sjdbench.decoding.loop import Request, jacobi_decode_batch
     from sjdbench.models.registry import entry
 
     check, plan = section.check, section.check.plan
     device = plan.device
     adapter = entry("toy").load(device, compile=True)
     section.note(
-        "model toy, model.compile=true; per (preset, B): B held-out-style prompts decoded B at a time with "
-        "loop.CHAIN_STEP='always' (the step) and 'never' (the general loop), one untimed round each first "
-        "(it compiles), then one timed round each; step / general below 1: the step pays"
+        "model toy, model.compile=true; per (preset, B): B prompts decoded B at a time with "
+        "loop.CHAIN_STEP='always' (the step) and 'never' (the general loop), one untimed round first "
+        "(it compiles), then one timed round (benchmarks/bench_chain_step.py's paired_round); "
+        "step / general below 1: the step pays"
     )
-    prompts = [f"a {c} {s}" for c in ("red", "blue", "green", "yellow") for s in ("circle", "square")]
-    default = loop.CHAIN_STEP
-
-    def decode(decoder: Any, batch: int, policy: str) -> tuple[float, dict[int, torch.Tensor]]:
-        loop.CHAIN_STEP = policy  # type: ignore[assignment]
-        requests = [
-            Request(prompts[i % len(prompts)], torch.Generator(device).manual_seed(i), key=i) for i in range(batch)
-        ]
-        synchronize(device)
-        began = time.perf_counter()
-        decoded = jacobi_decode_batch(adapter, requests, decoder, adapter.default_sampling, batch)
-        tokens = {r.key: out.tokens for r, out in decoded}
-        synchronize(device)
-        return time.perf_counter() - began, tokens
-
-    try:
-        for preset in plan.step_presets:
-            decoder = build_preset(preset, adapter)
-            for batch in plan.step_batches:
-                what = f"{preset} B={batch}"
-                if section.left() < 5.0:
-                    section.skip(what, f"{section.left():.0f} s left")
-                    continue
-                try:
-                    for policy in ("always", "never"):  # untimed: compiles
-                        decode(decoder, batch, policy)
-                    step_s, step_tokens = decode(decoder, batch, "always")
-                    general_s, general_tokens = decode(decoder, batch, "never")
-                except Exception as error:  # noqa: BLE001
-                    section.fail(what, error)
-                    continue
-                same = all(torch.equal(step_tokens[k], v) for k, v in general_tokens.items())
-                row = {"preset": preset, "B": batch, "step_s": round(step_s, 3), "general_s": round(general_s, 3)}
-                row.update(step_over_general=round(step_s / general_s, 3), same_tokens=same)
-                section.add("fixed_step", row)
-                check.progress(f"step: {what}: step / general {step_s / general_s:.3f}, same tokens {same}")
-    finally:
-        loop.CHAIN_STEP = default
+    for preset in plan.step_presets:
+        decoder = build_preset(preset, adapter)
+        for batch in plan.step_batches:
+            what = f"{preset} B={batch}"
+            if section.left() < 5.0:
+                section.skip(what, f"{section.left():.0f} s left")
+                continue
+            try:
+                paired_round(adapter, decoder, batch, device)  # untimed: compiles both paths
+                step_s, general_s, same = paired_round(adapter, decoder, batch, device)
+            except Exception as error:  # noqa: BLE001
+                section.fail(what, error)
+                continue
+            row = {"preset": preset, "B": batch, "step_s": round(step_s, 3), "general_s": round(general_s, 3)}
+            row.update(step_over_general=round(step_s / general_s, 3), same_tokens=same)
+            section.add("fixed_step", row)
+            check.progress(f"step: {what}: step / general {step_s / general_s:.3f}, same tokens {same}")
 
 
 # -- section 4: float64 batched = unbatched --------------------------------------------------------
