@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 FRAGMENT = REPO / "docs" / "generated" / "study.md"
 sys.path.insert(0, str(REPO))  # run from a source checkout without installing
 
-from sjdbench.config.identity import decoder_presets  # noqa: E402
+from sjdbench.config.identity import decoder_presets, preset_decoder  # noqa: E402
 
 
 def command(*words: str) -> list[str]:
@@ -59,15 +59,18 @@ def main() -> None:
         "save_images=true",
     ]
 
-    # one queue of runs, AR at both seeds first, taken by the workers as they come free (uneven
-    # decoders do not leave a worker idle while the other still has a list to go)
-    jobs = [command("run", *common, "decoder=ar", f"seed={seed}", "--quiet") for seed in (0, 1)]
+    # one queue of runs, taken by the workers as they come free, the longest first: the presets with a
+    # trained drafter (its forwards at every tree level cost several times a Jacobi decode on the
+    # toy), then the rest, AR last; so no long decode starts while the other worker is about to idle
     presets = decoder_presets()  # every preset of the `decoder` config group
-    jobs += [command("run", *common, f"decoder={p}", "decoder.window=16", "seed=0", "--quiet") for p in presets]
+    presets = sorted(presets, key=lambda p: preset_decoder(p).proposal.name != "drafter")  # stable
+    names = [*presets, "ar", "ar"]
+    jobs = [command("run", *common, f"decoder={p}", "decoder.window=16", "seed=0", "--quiet") for p in presets]
+    jobs += [command("run", *common, "decoder=ar", f"seed={seed}", "--quiet") for seed in (0, 1)]
     with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
         codes = list(pool.map(lambda job: subprocess.run(job, cwd=REPO, env=env).returncode, jobs))
     if any(codes):
-        failed = [p for p, code in zip(["ar", "ar", *presets], codes) if code]
+        failed = [p for p, code in zip(names, codes) if code]
         sys.exit(f"decoding failed for {', '.join(failed)}; re-run `make study` to resume")
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     decoding_cpu = cpu.ru_utime + cpu.ru_stime

@@ -71,6 +71,21 @@ def test_finished_run_is_reported_not_redone(tmp_path):
     assert len(read_jsonl(Path(first.run_dir) / "samples.jsonl")) == 2
 
 
+def test_two_presets_that_build_one_decoder_share_a_readable_run(tmp_path):
+    """`decoder=lantern` and `decoder=sjd decoder/verifier=lantern` build one decoder, so they share one
+    run; the second command finds it complete, and the run stays readable (its summary keeps the
+    preset its config.yaml names) instead of being reported as damaged."""
+    from sjdbench.results.runs import runs_frame
+
+    first = execute(config(tmp_path, "data.limit=2", "decoder=lantern"))
+    second = execute(config(tmp_path, "data.limit=2", "decoder=sjd", "decoder/verifier=lantern"))
+    assert second.run_id == first.run_id and second.status == "done" and second.new_samples == 0
+    summary = json.loads((Path(first.run_dir) / "summary.json").read_text())
+    assert summary["decoder_preset"] == "lantern" and summary["decoder"] == "lantern"
+    frame = runs_frame(tmp_path)  # raises UserError naming the damage when the files disagree
+    assert list(frame["run_id"]) == [first.run_id] and list(frame["decoder_preset"]) == ["lantern"]
+
+
 def test_interrupted_run_resumes_without_loss_or_repeats(tmp_path):
     partial = execute(config(tmp_path, "data.limit=5"), limit_new=2)
     assert partial.status == "partial" and partial.new_samples == 2

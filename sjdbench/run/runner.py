@@ -46,6 +46,7 @@ from sjdbench.decoding.build import resolved_settings
 from sjdbench.decoding.loop import Decoder, DecodeResult, Request, jacobi_decode, jacobi_decode_batch
 from sjdbench.errors import Interrupted, NonFiniteLogits, UserError
 from sjdbench.machine import apply_threads, environment, load_1m, snapshot
+from sjdbench.results.files import read_yaml
 from sjdbench.results.store import SCHEMA, RunLocked, RunStore, StoreError, save_png
 from sjdbench.results.summary import summarize
 from sjdbench.run.reporting import Reporter
@@ -333,9 +334,10 @@ class RunWriter:
         return RunOutcome(self.spec.run_id, str(self.store.dir), status, summary, self.new)
 
 
-def summary_of(spec: ResolvedRun, rows: list[dict]) -> dict:
+def summary_of(spec: ResolvedRun, rows: list[dict], preset: str | None = None) -> dict:
     """The run's summary over every row present; complete only when the whole prompt set is done
-    (its fields are listed in sjdbench.results.summary.SUMMARY_FIELDS)."""
+    (its fields are listed in sjdbench.results.summary.SUMMARY_FIELDS). preset: the decoder preset
+    the run's config.yaml names, when it names one (default: this command's)."""
     config = spec.config
     in_set = [r for r in rows if r["prompt_id"] < spec.set_size and r.get("sample", 0) < config.samples_per_prompt]
     wanted = spec.wanted_keys
@@ -344,7 +346,7 @@ def summary_of(spec: ResolvedRun, rows: list[dict]) -> dict:
         "run_id": spec.run_id,
         "model": config.model.name,
         "decoder": spec.label,  # the preset plus every knob that differs from it
-        "decoder_preset": config.decoder.name,
+        "decoder_preset": preset or config.decoder.name,
         "decoder_family": spec.family,
         "decoder_spec": spec.decoder.identity(),
         "decoder_lossless": spec.decoder.lossless(),
@@ -365,7 +367,18 @@ def summary_of(spec: ResolvedRun, rows: list[dict]) -> dict:
 
 
 def write_summary(spec: ResolvedRun, store: RunStore) -> dict:
-    return store.write_summary(lambda rows: summary_of(spec, rows))
+    """Two commands that build one decoder share its run (`decoder=lantern` and `decoder=sjd
+    decoder/verifier=lantern`; the run id leaves the preset's name out). A command that finds the
+    run complete rewrites no config.yaml, so its summary keeps the preset config.yaml names: else the
+    two files would disagree and readers would call the run damaged."""
+    return store.write_summary(lambda rows: summary_of(spec, rows, recorded_preset(store)))
+
+
+def recorded_preset(store: RunStore) -> str | None:
+    """The decoder preset the run's config.yaml names (None: no readable config.yaml)."""
+    decoder = (read_yaml(store.dir / "config.yaml").doc or {}).get("decoder")
+    name = decoder.get("name") if isinstance(decoder, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def new_timing(mode: str) -> dict:

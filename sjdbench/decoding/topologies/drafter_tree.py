@@ -453,8 +453,8 @@ class DrafterTreeTopology(ForestTopology[DrafterTreeConfig]):
         rounds = np.array([b.depth for b in budgets])  # (B,)
         K, R, device = int(widths.max()), int(rounds.max()), root_q.device
         narrow = torch.as_tensor(np.arange(K)[None, :] >= widths[:, None], device=device)  # (B, K) ranks left out
-        top = root_q.log().topk(K, dim=-1)
-        values = top.values.masked_fill(narrow, -torch.inf)
+        top = root_q.topk(K, dim=-1)  # log is monotone: the top-k of q, then the log of k values, not of V
+        values = top.values.log().masked_fill(narrow, -torch.inf)
         pool_tokens, pool_scores = [top.indices], [values]  # per level (B, n)
         pool_parent = [torch.full((B, K), -1, dtype=torch.long, device=device)]  # pool index of the parent
         pool_depth = [np.ones(K, dtype=np.int64)]
@@ -473,8 +473,9 @@ class DrafterTreeTopology(ForestTopology[DrafterTreeConfig]):
             )
             q, entries = level(flat_tokens[rows, frontier], parent_entry, r + 1, needed)  # (B, K, V), (B, K)
             entry_of[rows, frontier] = entries
-            child = q.log().topk(K, dim=-1)  # (B, K, K)
-            cumulative = scores[:, :, None] + child.values.masked_fill(narrow[:, None, :], -torch.inf)  # (B, K, K)
+            child = q.topk(K, dim=-1)  # (B, K, K)
+            below = child.values.log().masked_fill(narrow[:, None, :], -torch.inf)
+            cumulative = scores[:, :, None] + below  # (B, K, K)
             pool_tokens.append(child.indices.reshape(B, K * K))
             pool_scores.append(cumulative.reshape(B, K * K))
             pool_parent.append(frontier[:, :, None].expand(B, K, K).reshape(B, K * K))
