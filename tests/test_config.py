@@ -319,3 +319,28 @@ def test_a_part_that_cannot_be_imported_says_so_even_with_a_knob_set(tmp_path, m
     for overrides in (["decoder/verifier=broken"], ["decoder/verifier=broken", "decoder.verifier.delta=1"]):
         with pytest.raises(UserError, match="cannot import _target_ 'nowhere_module.Broken'"):
             compose_run(overrides)
+
+
+def test_family_composes_only_the_presets_that_declare_the_same_parts(monkeypatch):
+    """`family` skips presets whose YAML declares other top-level parts; the shortcut must name what
+    composing every preset names: for each preset itself and for decoders built from another one."""
+    import sjdbench.config.identity as identity
+
+    for name in group_choices("decoder"):  # a plain declaration is the composed preset's own parts
+        declared = identity.declared_parts(name)
+        assert declared is None or declared == tuple(getattr(preset_decoder(name), k).name for k in PART_KINDS)
+    specs = [preset_decoder(name) for name in group_choices("decoder")]
+    specs += [
+        decoder_spec(compose_run(words))
+        for words in (
+            ["decoder=sjd", "decoder/verifier=lantern"],
+            ["decoder=ar", "decoder.window=16"],
+            ["decoder=sjd", "decoder/topology=tree"],
+            ["decoder=sjd_vp", "decoder/verifier=gsd"],
+        )
+    ]
+    fast = [identity.family(spec) for spec in specs]
+    monkeypatch.setattr(identity, "declared_parts", lambda name: None)  # compose every preset
+    assert fast == [identity.family(spec) for spec in specs]
+    assert fast[-4:] == ["lantern", "sjd", "custom", "gsd_vp"]
+    assert fast[:-4] == group_choices("decoder")  # every preset is its own family
