@@ -32,6 +32,7 @@ FRAGMENT = REPO / "docs" / "generated" / "study.md"
 sys.path.insert(0, str(REPO))  # run from a source checkout without installing
 
 from sjdbench.config.identity import decoder_presets, preset_decoder  # noqa: E402
+from sjdbench.decoder_identity import needs_drafter  # noqa: E402
 
 
 def command(*words: str) -> list[str]:
@@ -63,7 +64,7 @@ def main() -> None:
     # trained drafter (its forwards at every tree level cost several times a Jacobi decode on the
     # toy), then the rest, AR last; so no long decode starts while the other worker is about to idle
     presets = decoder_presets()  # every preset of the `decoder` config group
-    presets = sorted(presets, key=lambda p: preset_decoder(p).proposal.name != "drafter")  # stable
+    presets = sorted(presets, key=lambda p: not needs_drafter(preset_decoder(p).identity()))  # stable
     names = [*presets, "ar", "ar"]
     jobs = [command("run", *common, f"decoder={p}", "decoder.window=16", "seed=0", "--quiet") for p in presets]
     jobs += [command("run", *common, "decoder=ar", f"seed={seed}", "--quiet") for seed in (0, 1)]
