@@ -75,7 +75,9 @@ def reference(drafter, states, tokens, hidden, row, upto):
 
 
 @pytest.mark.parametrize("family", ["llama", "chameleon"])
-def test_extend_in_pieces_equals_one_plain_forward(adapter, family):
+@pytest.mark.parametrize("tight", [False, True], ids=["whole-segment", "keys-to-reach"])
+def test_extend_in_pieces_equals_one_plain_forward(adapter, family, tight):
+    """tight: each extend names the host bound of its positions, and the forwards' keys stop there."""
     drafter = make_drafter(adapter, family)
     prompt, states, tokens, hidden = ar_sequence(adapter, "a blue square", 9)
     dcache = drafter.new_cache(1, prompt.length, adapter.layout.n_positions, 8)
@@ -84,7 +86,9 @@ def test_extend_in_pieces_equals_one_plain_forward(adapter, family):
     outs = []
     for start, stop in [(0, 1), (1, 4), (4, 9)]:
         positions = torch.arange(start, stop)[None]
-        step = drafter.extend(dcache, tokens[None, start:stop], features_of[:, :, start:stop], positions)
+        reach = stop if tight else None
+        step = drafter.extend(dcache, tokens[None, start:stop], features_of[:, :, start:stop], positions, reach)
+        assert dcache.reach == (stop if tight else adapter.layout.n_positions)
         outs.append(step.features)
         assert torch.allclose(step.logits, adapter.lm_head(step.features))
     got = torch.cat(outs, dim=2)[0]  # (2, 9, D)
@@ -92,15 +96,16 @@ def test_extend_in_pieces_equals_one_plain_forward(adapter, family):
         assert torch.allclose(got[row], reference(drafter, states, tokens, hidden, row, 9), atol=1e-10)
 
 
-def test_a_tree_level_sees_its_ancestors_only(adapter):
+@pytest.mark.parametrize("reach", [None, 3], ids=["whole-segment", "keys-to-reach"])
+def test_a_tree_level_sees_its_ancestors_only(adapter, reach):
     """Two siblings at position 3 and a child of the second at 4: each output equals the plain
-    forward of its own path."""
+    forward of its own path (with the keys stopping after the committed entries, too)."""
     drafter = make_drafter(adapter, layers=2)
     prompt, states, tokens, hidden = ar_sequence(adapter, "a red cat", 5)
     dcache = drafter.new_cache(1, prompt.length, adapter.layout.n_positions, 8)
     drafter.start(dcache, [0], states)
     features_of = torch.cat([states.hidden[:, :, -1:], hidden[:, :, :-1]], dim=2)
-    drafter.extend(dcache, tokens[None, :3], features_of[:, :, :3], torch.arange(3)[None])
+    drafter.extend(dcache, tokens[None, :3], features_of[:, :, :3], torch.arange(3)[None], reach)
     ids = adapter.image_token_ids
     siblings = torch.stack([tokens[3], ids[5]])[None]  # (1, 2)
     level1 = drafter.draft(

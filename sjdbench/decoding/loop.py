@@ -480,7 +480,7 @@ class BatchDecode:
         slots_t = torch.as_tensor(slots, device=device)
         tokens = self.tokens.gather(1, positions_t.clamp_min(0))  # (B, K)
         hidden = fed.hidden.gather(2, slots_t[:, None, :, None].expand(-1, 2, -1, fed.hidden.shape[-1]))  # (B, 2, K, D)
-        self.drafter.advance(self.drafting, tokens, hidden, positions_t)
+        self.drafter.advance(self.drafting, tokens, hidden, positions_t, int(positions.max()) + 1)
 
     def drafts_at(self, sample: SampleView, positions: np.ndarray) -> tuple[Drafts, Drafts]:
         """The drafts for `positions` (ascending): those waiting there, and fresh ones the init drafts

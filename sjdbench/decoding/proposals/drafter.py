@@ -119,14 +119,15 @@ class DrafterProposal(Proposal[DrafterProposalConfig]):
         tokens[index, 0] = first
         positions[index, 0] = 0
         hidden[index] = states.hidden[:, :, -1:]
-        self._extend(state, tokens, hidden, positions, index)
+        self._extend(state, tokens, hidden, positions, 1, index)
 
     def advance(
-        self, state: DraftingState, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor
+        self, state: DraftingState, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, reach: int
     ) -> None:
         """Decided tokens (B, K) at segment positions (B, K) (< 0: padding, real entries first), each
-        with the target's hidden state of the slot before it (B, 2, K, D)."""
-        self._extend(state, tokens, hidden, positions, None)
+        with the target's hidden state of the slot before it (B, 2, K, D); every position < reach
+        (a bound the loop knows on the host)."""
+        self._extend(state, tokens, hidden, positions, reach, None)
 
     def _extend(
         self,
@@ -134,9 +135,10 @@ class DrafterProposal(Proposal[DrafterProposalConfig]):
         tokens: torch.Tensor,
         hidden: torch.Tensor,
         positions: torch.Tensor,
+        reach: int,
         only: torch.Tensor | None,
     ) -> None:
-        step = self._bound().extend(state.cache, tokens, hidden, positions)
+        step = self._bound().extend(state.cache, tokens, hidden, positions, reach)
         last = (positions >= 0).sum(1).clamp_min(1) - 1  # (B,) each sample's last real entry
         rows = torch.arange(tokens.shape[0], device=tokens.device)
         logits, features = step.logits[rows, :, last][:, :, None], step.features[rows, :, last][:, :, None]

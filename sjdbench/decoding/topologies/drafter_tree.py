@@ -466,23 +466,27 @@ class DrafterTreeTopology(ForestTopology[DrafterTreeConfig]):
             needed = (1 + r <= deepest) & (r < rounds)  # (B,) its newest nodes exist and it has rounds left
             if not needed.any():
                 break
+            # only the frontier ranks a sample that still grows uses: a sample's ranks past its own
+            # top_k' score -inf (so do their children), and a sample with no rounds left keeps none
+            F = int(widths[needed].max())
+            fed = frontier[:, :F]
             flat_tokens = torch.cat(pool_tokens, 1)
             flat_parent = torch.cat(pool_parent, 1)
             parent_entry = torch.where(
-                flat_parent[rows, frontier] >= 0, entry_of[rows, flat_parent[rows, frontier].clamp_min(0)], -1
+                flat_parent[rows, fed] >= 0, entry_of[rows, flat_parent[rows, fed].clamp_min(0)], -1
             )
-            q, entries = level(flat_tokens[rows, frontier], parent_entry, r + 1, needed)  # (B, K, V), (B, K)
-            entry_of[rows, frontier] = entries
-            child = q.topk(K, dim=-1)  # (B, K, K)
+            q, entries = level(flat_tokens[rows, fed], parent_entry, r + 1, needed)  # (B, F, V), (B, F)
+            entry_of[rows, fed] = entries
+            child = q.topk(K, dim=-1)  # (B, F, K)
             below = child.values.log().masked_fill(narrow[:, None, :], -torch.inf)
-            cumulative = scores[:, :, None] + below  # (B, K, K)
-            pool_tokens.append(child.indices.reshape(B, K * K))
-            pool_scores.append(cumulative.reshape(B, K * K))
-            pool_parent.append(frontier[:, :, None].expand(B, K, K).reshape(B, K * K))
-            pool_depth.append(np.full(K * K, r + 2, dtype=np.int64))
-            best = cumulative.reshape(B, K * K).topk(K, dim=-1)
+            cumulative = scores[:, :F, None] + below  # (B, F, K)
+            pool_tokens.append(child.indices.reshape(B, F * K))
+            pool_scores.append(cumulative.reshape(B, F * K))
+            pool_parent.append(fed[:, :, None].expand(B, F, K).reshape(B, F * K))
+            pool_depth.append(np.full(F * K, r + 2, dtype=np.int64))
+            best = cumulative.reshape(B, F * K).topk(K, dim=-1)
             frontier, scores = size + best.indices, best.values.masked_fill(narrow, -torch.inf)
-            size += K * K
+            size += F * K
         tokens, parent = torch.cat(pool_tokens, 1), torch.cat(pool_parent, 1)
         score, depth = torch.cat(pool_scores, 1), np.concatenate(pool_depth)
         within = depth[None, :] <= np.minimum(deepest, rounds + 1)[:, None]  # a tree of R rounds is R + 1 deep

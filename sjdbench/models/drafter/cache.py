@@ -3,12 +3,12 @@
 Rows: sample b is rows 2b (conditional) and 2b + 1 (unconditional). An *entry* pairs a token with
 the feature of the slot before it, and sits at that token's position. Each row of each layer holds
 
-    entries 0 .. P-1                  the prompt region: entry i pairs prompt token i with the
+    entry 0                           a sink that padding writes to (never visible)
+    entries 1 .. T                    this iteration's drafts, in the order they were drafted
+    entries T+1 .. T+P                the prompt region: prompt entry i pairs prompt token i with the
                                       target's hidden state of prompt slot i - 1 (entry 0 is unused)
-    entries P .. P+N-1                committed segment entries: entry P + j pairs segment token j
-                                      with the target's hidden state of the slot before it
-    entry P+N                         a sink that padding writes to (never visible)
-    entries P+N+1 .. P+N+T            this iteration's drafts, in the order they were drafted
+    entries T+P+1 .. T+P+N            committed segment entries: the one of segment position j pairs
+                                      token j with the target's hidden state of the slot before it
 
 Committed entries are written by `begin_extend` (tokens the target accepted, with the target's own
 hidden states), drafts by `begin_draft` (tokens the drafter proposes, with the drafter's features).
@@ -16,6 +16,12 @@ An entry sees the visible prompt entries, the committed entries at positions up 
 (a draft: before its own) and, among the drafts, those its mask names (its ancestors in a tree).
 Rotary positions are the target's rotary position of the feature's slot (segment position j - 1
 for the entry at j), which is what the released drafters were trained with.
+
+The committed region comes last so that a forward attends to a prefix of the entries: the keys stop
+at the furthest position any sample has committed (`reach`), as the target's window stops at its
+horizon. Early in an image most of the segment is empty, and a drafter forward's attention costs
+in proportion to its keys: a drafter that drafts every tree level would otherwise read the whole
+segment at every level.
 """
 
 from __future__ import annotations
@@ -41,25 +47,29 @@ class DrafterCache:
         entry = (rows, shape.heads, self.size, shape.head_dim)
         self.keys = [torch.zeros(entry, dtype=shape.dtype, device=self.device) for _ in range(shape.layers)]
         self.values = [torch.zeros(entry, dtype=shape.dtype, device=self.device) for _ in range(shape.layers)]
-        self.valid = torch.zeros(rows, self.sink + 1, dtype=torch.bool, device=self.device)  # committed region + sink
+        # prompt and segment entries, and a last column that padding marks (never read)
+        self.valid = torch.zeros(rows, prompt_len + segment_len + 1, dtype=torch.bool, device=self.device)
         self.base = torch.zeros(rows, dtype=torch.long, device=self.device)  # target rotary of segment position 0
         self.draft_positions = torch.zeros(samples, self.drafts, dtype=torch.long, device=self.device)
         self.used = 0  # draft entries in use (the same count for every sample; padding fills the rest)
+        self.reach = 0  # no sample holds a committed entry at a segment position >= reach (host bound)
         self._write: torch.Tensor | None = None  # (rows, L) entries the running forward writes
         self._write_rows: torch.Tensor | None = None  # the rows it runs (None: every row)
         self._key_end = self.size
 
-    @property
-    def sink(self) -> int:
-        return self.prompt_len + self.segment_len
+    SINK = 0  # the entry padding writes to
 
     @property
-    def draft_start(self) -> int:
-        return self.sink + 1
+    def prompt_start(self) -> int:
+        return 1 + self.drafts
+
+    @property
+    def committed_start(self) -> int:
+        return self.prompt_start + self.prompt_len
 
     @property
     def size(self) -> int:
-        return self.draft_start + self.drafts
+        return self.committed_start + self.segment_len
 
     @property
     def samples(self) -> int:
@@ -87,44 +97,48 @@ class DrafterCache:
     def begin_start(
         self, samples: list[int], valid: torch.Tensor, rotary: torch.Tensor, base: torch.Tensor, see_padding: bool
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Start `samples` afresh on their prompts: entries 1..P-1 of rows (2n,) get written. valid
-        (2n, P) real prompt slots; rotary (2n, P) the target's rotary positions; base (2n,) rotary of
-        segment position 0. Returns (rotary positions (2n, P-1), mask (2n, 1, P-1, P)) of the
-        entries, each pairing token i with the feature of slot i - 1."""
-        P = self.prompt_len
+        """Start `samples` afresh on their prompts: prompt entries 1..P-1 of rows (2n,) get written.
+        valid (2n, P) real prompt slots; rotary (2n, P) the target's rotary positions; base (2n,)
+        rotary of segment position 0. Returns (rotary positions (2n, P-1), mask (2n, 1, P-1, keys))
+        of the entries, each pairing token i with the feature of slot i - 1."""
+        P, start = self.prompt_len, self.prompt_start
         rows = self._rows(samples)
         seen = torch.ones_like(valid[:, :-1]) if see_padding else valid[:, :-1]  # (2n, P-1) feature slot real
         self.valid[rows] = False  # whatever the sample held before is forgotten
         self.valid[rows, 1:P] = seen
         self.base[rows] = base
         self.draft_positions[torch.as_tensor(samples, device=self.device)] = 0
-        self._write = torch.arange(1, P, device=self.device).expand(len(rows), -1)
-        self._key_end = P
+        self._write = torch.arange(start + 1, start + P, device=self.device).expand(len(rows), -1)
+        self._key_end = start + P
         index = torch.arange(1, P, device=self.device)
         causal = torch.arange(P, device=self.device)[None, :] <= index[:, None]  # (P-1, P)
         mask = causal[None] & self.valid[rows, None, :P]
         mask = mask | (torch.arange(P, device=self.device)[None, None, :] == index[None, :, None])  # itself
+        before = torch.zeros(len(rows), P - 1, start, dtype=torch.bool, device=self.device)  # sink and drafts
         self._write_rows = rows
-        return rotary[:, :-1], mask[:, None]
+        return rotary[:, :-1], torch.cat([before, mask], dim=-1)[:, None]
 
-    def begin_extend(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def begin_extend(self, positions: torch.Tensor, reach: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Committed entries at segment positions (B, K) (< 0: padding) for every sample -> (rotary
-        positions (2B, K), mask (2B, 1, K, keys)). The entries become visible to later forwards; the
-        drafts of the iteration before are forgotten."""
+        positions (2B, K), mask (2B, 1, K, keys)). reach: a bound the caller knows on the host,
+        positions < reach (None: the whole segment). The entries become visible to later forwards;
+        the drafts of the iteration before are forgotten."""
         self._check(positions)
-        P, sink = self.prompt_len, self.sink
+        P, start = self.prompt_len, self.committed_start
+        self.reach = max(self.reach, self.segment_len if reach is None else min(reach, self.segment_len))
         row_pos = positions.repeat_interleave(2, dim=0)  # (2B, K)
         real = row_pos >= 0
-        self._write, self._write_rows = torch.where(real, P + row_pos, sink), None
+        self._write, self._write_rows = torch.where(real, start + row_pos, self.SINK), None
         rows = torch.arange(row_pos.shape[0], device=self.device)[:, None].expand_as(row_pos)
-        self.valid[rows, torch.where(real, P + row_pos, sink)] = True
-        self.valid[:, sink] = False
+        self.valid[rows, torch.where(real, P + row_pos, -1)] = True
+        self.valid[:, -1] = False
         self.used = 0
-        self._key_end = sink + 1
-        committed = self._committed_mask(row_pos, inclusive=True)  # (2B, K, N)
+        self._key_end = start + self.reach
+        committed = self._committed_mask(row_pos, inclusive=True)  # (2B, K, reach)
         prompt = self.valid[:, None, :P].expand(-1, row_pos.shape[1], -1)
         own_sink = (~real)[:, :, None]  # a padding query sees only the sink (its own write)
-        mask = torch.cat([prompt & ~own_sink, committed & ~own_sink, own_sink], dim=-1)
+        drafts = torch.zeros(*own_sink.shape[:2], self.drafts, dtype=torch.bool, device=self.device)
+        mask = torch.cat([own_sink, drafts, prompt & ~own_sink, committed & ~own_sink], dim=-1)
         return self.base[:, None] + row_pos - 1, mask[:, None]
 
     def begin_draft(self, positions: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,35 +148,36 @@ class DrafterCache:
         (rotary positions (2B, L), attention mask (2B, 1, L, keys))."""
         self._check(positions)
         B, L = positions.shape
-        if self.used + L > self.drafts:
-            raise ValueError(f"{self.used + L} draft entries in a drafter cache made for {self.drafts}")
-        P, start, end = self.prompt_len, self.draft_start + self.used, self.draft_start + self.used + L
+        used = self.used
+        if used + L > self.drafts:
+            raise ValueError(f"{used + L} draft entries in a drafter cache made for {self.drafts}")
+        P = self.prompt_len
         if mask is None:
-            mask = torch.ones(L, self.used + L, dtype=torch.bool, device=self.device).tril(self.used).expand(B, L, -1)
-        elif mask.shape != (B, L, self.used + L):
-            raise ValueError(f"a draft mask of shape {tuple(mask.shape)}; expected {(B, L, self.used + L)}")
+            mask = torch.ones(L, used + L, dtype=torch.bool, device=self.device).tril(used).expand(B, L, -1)
+        elif mask.shape != (B, L, used + L):
+            raise ValueError(f"a draft mask of shape {tuple(mask.shape)}; expected {(B, L, used + L)}")
         row_pos = positions.repeat_interleave(2, dim=0)  # (2B, L)
-        self.draft_positions[:, self.used : self.used + L] = positions
-        self._write = torch.arange(start, end, device=self.device).expand(row_pos.shape[0], -1)
+        self.draft_positions[:, used : used + L] = positions
+        self._write = torch.arange(1 + used, 1 + used + L, device=self.device).expand(row_pos.shape[0], -1)
         self._write_rows = None
-        self._key_end = end
-        own = torch.zeros(L, self.used + L, dtype=torch.bool, device=self.device)
-        own[torch.arange(L), self.used + torch.arange(L)] = True
+        self._key_end = self.committed_start + self.reach
+        own = torch.zeros(L, used + L, dtype=torch.bool, device=self.device)
+        own[torch.arange(L), used + torch.arange(L)] = True
         drafts = (mask | own).repeat_interleave(2, dim=0)  # (2B, L, used + L)
+        drafts = torch.nn.functional.pad(drafts, (1, self.drafts - used - L))  # the sink, the unused entries
         prompt = self.valid[:, None, :P].expand(-1, L, -1)
         committed = self._committed_mask(row_pos, inclusive=False)
-        sink = torch.zeros(row_pos.shape[0], L, 1, dtype=torch.bool, device=self.device)
-        attend = torch.cat([prompt, committed, sink, drafts], dim=-1)  # (2B, L, end)
+        attend = torch.cat([drafts, prompt, committed], dim=-1)  # (2B, L, keys)
         self.used += L
         return self.base[:, None] + row_pos - 1, attend[:, None]
 
     def _committed_mask(self, row_pos: torch.Tensor, inclusive: bool) -> torch.Tensor:
-        """(2B, L, N): committed entry j is visible to a query at position p when valid and j <= p
+        """(2B, L, reach): committed entry j is visible to a query at position p when valid and j <= p
         (inclusive) or j < p."""
-        P, N = self.prompt_len, self.segment_len
-        index = torch.arange(N, device=self.device)[None, None, :]
+        P = self.prompt_len
+        index = torch.arange(self.reach, device=self.device)[None, None, :]
         before = index <= row_pos[:, :, None] if inclusive else index < row_pos[:, :, None]
-        return before & self.valid[:, None, P : P + N]
+        return before & self.valid[:, None, P : P + self.reach]
 
     def _check(self, positions: torch.Tensor) -> None:
         if positions.shape[0] != self.samples:
@@ -176,17 +191,19 @@ class DrafterCache:
         """Keep draft entries (B, K) (indices among this iteration's drafts; < 0 pads) as committed
         entries at their positions. (EAGLE instead re-extends accepted tokens with the target's own
         hidden states; this keeps the drafter's, for decoders that want that.)"""
-        P, sink = self.prompt_len, self.sink
+        P, start = self.prompt_len, self.committed_start
         real = entries >= 0
         entry = entries.clamp(min=0)
         position = self.draft_positions.gather(1, entry)  # (B, K)
-        source = (self.draft_start + entry).repeat_interleave(2, dim=0)  # (2B, K)
-        destination = torch.where(real, P + position, sink).repeat_interleave(2, dim=0)
+        if bool(real.any()):  # a host read: this is not on the decoding loop's path
+            self.reach = max(self.reach, min(int(position[real].max()) + 1, self.segment_len))
+        source = (1 + entry).repeat_interleave(2, dim=0)  # (2B, K)
+        destination = torch.where(real, start + position, self.SINK).repeat_interleave(2, dim=0)
         rows = torch.arange(source.shape[0], device=self.device)[:, None].expand_as(source)
         for tensor in (*self.keys, *self.values):
             tensor[rows, :, destination] = tensor[rows, :, source]
-        self.valid[rows, destination] = True
-        self.valid[:, sink] = False
+        self.valid[rows, torch.where(real, P + position, -1).repeat_interleave(2, dim=0)] = True
+        self.valid[:, -1] = False
 
     def rollback(self, lengths: torch.Tensor) -> None:
         """Forget committed entries of sample b at segment positions >= lengths[b] (B,)."""

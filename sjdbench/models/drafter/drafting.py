@@ -93,12 +93,19 @@ class Drafter:
 
     @torch.inference_mode()
     def extend(
-        self, cache: DrafterCache, tokens: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor
+        self,
+        cache: DrafterCache,
+        tokens: torch.Tensor,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        reach: int | None = None,
     ) -> DrafterStep:
         """Commit tokens (B, K) at segment positions (B, K) (< 0: padding) with the target's hidden
         states (B, 2, K, D) of the slots before them (for position 0: the prompt's last slot).
-        Returns every entry's logits and features; this iteration's drafts are forgotten."""
-        rotary, mask = cache.begin_extend(positions)
+        reach: positions < reach, where the caller knows it on the host (the forwards' keys stop
+        there; None: the whole segment). Returns every entry's logits and features; this
+        iteration's drafts are forgotten."""
+        rotary, mask = cache.begin_extend(positions, reach)
         return self._run(cache, tokens, hidden, rotary, mask)
 
     @torch.inference_mode()
