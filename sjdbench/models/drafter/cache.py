@@ -3,8 +3,8 @@
 Rows: sample b is rows 2b (conditional) and 2b + 1 (unconditional). An *entry* pairs a token with
 the feature of the slot before it, and sits at that token's position. Each row of each layer holds
 
-    entry 0                           a sink that padding writes to (never visible)
-    entries 1 .. T                    this iteration's drafts, in the order they were drafted
+    entries 0 .. T-1                  this iteration's drafts, from the end: draft d at entry T-1-d
+    entry T                           a sink that padding writes to (never visible)
     entries T+1 .. T+P                the prompt region: prompt entry i pairs prompt token i with the
                                       target's hidden state of prompt slot i - 1 (entry 0 is unused)
     entries T+P+1 .. T+P+N            committed segment entries: the one of segment position j pairs
@@ -17,14 +17,17 @@ An entry sees the visible prompt entries, the committed entries at positions up 
 Rotary positions are the target's rotary position of the feature's slot (segment position j - 1
 for the entry at j), which is what the released drafters were trained with.
 
-The committed region comes last so that a forward attends to a prefix of the entries: the keys stop
-at the furthest position any sample has committed (`reach`), as the target's window stops at its
-horizon. Early in an image most of the segment is empty, and a drafter forward's attention costs
-in proportion to its keys: a drafter that drafts every tree level would otherwise read the whole
-segment at every level.
+The layout makes the keys of every forward one contiguous range, no wider than what it may see:
+the committed region comes last, so the keys stop at the furthest position any sample has committed
+(`reach`), as the target's window stops at its horizon; the drafts are stored backwards before the
+sink, so the ones drafted so far end where the sink begins. A drafter forward's attention costs in
+proportion to its keys, and a tree runs one forward per level: it would otherwise read the empty
+rest of the segment, and every unused draft entry, at every level.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -55,13 +58,16 @@ class DrafterCache:
         self.reach = 0  # no sample holds a committed entry at a segment position >= reach (host bound)
         self._write: torch.Tensor | None = None  # (rows, L) entries the running forward writes
         self._write_rows: torch.Tensor | None = None  # the rows it runs (None: every row)
-        self._key_end = self.size
+        self._keys = slice(0, self.size)  # the entries the running forward attends to
 
-    SINK = 0  # the entry padding writes to
+    @property
+    def sink(self) -> int:
+        """The entry padding writes to."""
+        return self.drafts
 
     @property
     def prompt_start(self) -> int:
-        return 1 + self.drafts
+        return self.drafts + 1
 
     @property
     def committed_start(self) -> int:
@@ -85,10 +91,10 @@ class DrafterCache:
             every = torch.arange(keys.shape[0], device=self.device)[:, None]
             keys[every, :, self._write] = k.transpose(1, 2).to(keys.dtype)  # (rows, L, heads, hd)
             values[every, :, self._write] = v.transpose(1, 2).to(values.dtype)
-            return keys[:, :, : self._key_end], values[:, :, : self._key_end]
+            return keys[:, :, self._keys], values[:, :, self._keys]
         keys[rows[:, None], :, self._write] = k.transpose(1, 2).to(keys.dtype)
         values[rows[:, None], :, self._write] = v.transpose(1, 2).to(values.dtype)
-        return keys[rows, :, : self._key_end], values[rows, :, : self._key_end]
+        return keys[rows, :, self._keys], values[rows, :, self._keys]
 
     def end(self) -> None:
         self._write, self._write_rows = None, None
@@ -109,14 +115,13 @@ class DrafterCache:
         self.base[rows] = base
         self.draft_positions[torch.as_tensor(samples, device=self.device)] = 0
         self._write = torch.arange(start + 1, start + P, device=self.device).expand(len(rows), -1)
-        self._key_end = start + P
+        self._keys = slice(start, start + P)  # the prompt region
         index = torch.arange(1, P, device=self.device)
         causal = torch.arange(P, device=self.device)[None, :] <= index[:, None]  # (P-1, P)
         mask = causal[None] & self.valid[rows, None, :P]
         mask = mask | (torch.arange(P, device=self.device)[None, None, :] == index[None, :, None])  # itself
-        before = torch.zeros(len(rows), P - 1, start, dtype=torch.bool, device=self.device)  # sink and drafts
         self._write_rows = rows
-        return rotary[:, :-1], torch.cat([before, mask], dim=-1)[:, None]
+        return rotary[:, :-1], mask[:, None]
 
     def begin_extend(self, positions: torch.Tensor, reach: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Committed entries at segment positions (B, K) (< 0: padding) for every sample -> (rotary
@@ -128,17 +133,16 @@ class DrafterCache:
         self.reach = max(self.reach, self.segment_len if reach is None else min(reach, self.segment_len))
         row_pos = positions.repeat_interleave(2, dim=0)  # (2B, K)
         real = row_pos >= 0
-        self._write, self._write_rows = torch.where(real, start + row_pos, self.SINK), None
+        self._write, self._write_rows = torch.where(real, start + row_pos, self.sink), None
         rows = torch.arange(row_pos.shape[0], device=self.device)[:, None].expand_as(row_pos)
         self.valid[rows, torch.where(real, P + row_pos, -1)] = True
         self.valid[:, -1] = False
         self.used = 0
-        self._key_end = start + self.reach
+        self._keys = slice(self.sink, start + self.reach)  # the sink, the prompt, the committed entries
         committed = self._committed_mask(row_pos, inclusive=True)  # (2B, K, reach)
         prompt = self.valid[:, None, :P].expand(-1, row_pos.shape[1], -1)
         own_sink = (~real)[:, :, None]  # a padding query sees only the sink (its own write)
-        drafts = torch.zeros(*own_sink.shape[:2], self.drafts, dtype=torch.bool, device=self.device)
-        mask = torch.cat([own_sink, drafts, prompt & ~own_sink, committed & ~own_sink], dim=-1)
+        mask = torch.cat([own_sink, prompt & ~own_sink, committed & ~own_sink], dim=-1)
         return self.base[:, None] + row_pos - 1, mask[:, None]
 
     def begin_draft(self, positions: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,16 +162,16 @@ class DrafterCache:
             raise ValueError(f"a draft mask of shape {tuple(mask.shape)}; expected {(B, L, used + L)}")
         row_pos = positions.repeat_interleave(2, dim=0)  # (2B, L)
         self.draft_positions[:, used : used + L] = positions
-        self._write = torch.arange(1 + used, 1 + used + L, device=self.device).expand(row_pos.shape[0], -1)
+        self._write = self._draft_entry(torch.arange(used, used + L, device=self.device)).expand(row_pos.shape[0], -1)
         self._write_rows = None
-        self._key_end = self.committed_start + self.reach
+        self._keys = slice(self._draft_entry(used + L - 1), self.committed_start + self.reach)
         own = torch.zeros(L, used + L, dtype=torch.bool, device=self.device)
         own[torch.arange(L), used + torch.arange(L)] = True
-        drafts = (mask | own).repeat_interleave(2, dim=0)  # (2B, L, used + L)
-        drafts = torch.nn.functional.pad(drafts, (1, self.drafts - used - L))  # the sink, the unused entries
+        drafts = (mask | own).repeat_interleave(2, dim=0).flip(-1)  # (2B, L, used + L) in entry order
+        sink = torch.zeros(row_pos.shape[0], L, 1, dtype=torch.bool, device=self.device)
         prompt = self.valid[:, None, :P].expand(-1, L, -1)
         committed = self._committed_mask(row_pos, inclusive=False)
-        attend = torch.cat([drafts, prompt, committed], dim=-1)  # (2B, L, keys)
+        attend = torch.cat([drafts, sink, prompt, committed], dim=-1)  # (2B, L, keys)
         self.used += L
         return self.base[:, None] + row_pos - 1, attend[:, None]
 
@@ -178,6 +182,10 @@ class DrafterCache:
         index = torch.arange(self.reach, device=self.device)[None, None, :]
         before = index <= row_pos[:, :, None] if inclusive else index < row_pos[:, :, None]
         return before & self.valid[:, None, P : P + self.reach]
+
+    def _draft_entry(self, draft: Any) -> Any:
+        """The entry of draft d (an int or a tensor of them): the drafts are stored backwards."""
+        return self.drafts - 1 - draft
 
     def _check(self, positions: torch.Tensor) -> None:
         if positions.shape[0] != self.samples:
@@ -197,8 +205,8 @@ class DrafterCache:
         position = self.draft_positions.gather(1, entry)  # (B, K)
         if bool(real.any()):  # a host read: this is not on the decoding loop's path
             self.reach = max(self.reach, min(int(position[real].max()) + 1, self.segment_len))
-        source = (1 + entry).repeat_interleave(2, dim=0)  # (2B, K)
-        destination = torch.where(real, start + position, self.SINK).repeat_interleave(2, dim=0)
+        source = self._draft_entry(entry).repeat_interleave(2, dim=0)  # (2B, K)
+        destination = torch.where(real, start + position, self.sink).repeat_interleave(2, dim=0)
         rows = torch.arange(source.shape[0], device=self.device)[:, None].expand_as(source)
         for tensor in (*self.keys, *self.values):
             tensor[rows, :, destination] = tensor[rows, :, source]
