@@ -168,10 +168,10 @@ class DrafterCache:
         own = torch.zeros(L, used + L, dtype=torch.bool, device=self.device)
         own[torch.arange(L), used + torch.arange(L)] = True
         drafts = (mask | own).repeat_interleave(2, dim=0).flip(-1)  # (2B, L, used + L) in entry order
-        sink = torch.zeros(row_pos.shape[0], L, 1, dtype=torch.bool, device=self.device)
+        drafts = torch.nn.functional.pad(drafts, (0, 1))  # and the sink, never seen
         prompt = self.valid[:, None, :P].expand(-1, L, -1)
         committed = self._committed_mask(row_pos, inclusive=False)
-        attend = torch.cat([drafts, sink, prompt, committed], dim=-1)  # (2B, L, keys)
+        attend = torch.cat([drafts, prompt, committed], dim=-1)  # (2B, L, keys)
         self.used += L
         return self.base[:, None] + row_pos - 1, attend[:, None]
 
