@@ -411,7 +411,6 @@ class BatchDecode:
         """Each sample's window: the topology's layout, the drafts it wants (the waiting ones, and fresh
         ones the init drafts where none waits), the window with them in place. Returns the windows and
         the fresh drafts with the batch index of each."""
-        windows, fresh = [], []
         views = [self.view(b) for b in range(len(self.samples))]
         layouts = [self.topology.plan(view, self.decoder.window) for view in views]
         if self.tree is not None:
@@ -419,11 +418,9 @@ class BatchDecode:
             return self.drafted_trees(layouts), (none, Drafts.new(none, self.tokens[0, :0], None, self.V, True))
         if self.drafter is not None:
             self.draft_chains(layouts)
-        for view, layout in zip(views, layouts):
-            drafts, new = self.drafts_at(view, layout.wanted)
-            windows.append(self.topology.place(layout, drafts, view))
-            fresh.append(new)
-        return windows, (np.repeat(np.arange(len(fresh)), [len(f) for f in fresh]), Drafts.cat(fresh))
+        drafts, fresh = self.drafts_for(views, [layout.wanted for layout in layouts])
+        windows = [self.topology.place(layout, d, view) for view, layout, d in zip(views, layouts, drafts)]
+        return windows, fresh
 
     def draft_chains(self, layouts: list[Layout]) -> None:
         """The drafter drafts every wanted position (a chain's consecutive positions) afresh; its
@@ -482,23 +479,34 @@ class BatchDecode:
         hidden = fed.hidden.gather(2, slots_t[:, None, :, None].expand(-1, 2, -1, fed.hidden.shape[-1]))  # (B, 2, K, D)
         self.drafter.advance(self.drafting, tokens, hidden, positions_t, int(positions.max()) + 1)
 
-    def drafts_at(self, sample: SampleView, positions: np.ndarray) -> tuple[Drafts, Drafts]:
-        """The drafts for `positions` (ascending): those waiting there, and fresh ones the init drafts
-        where none waits. Returns (all of them in position order, the fresh ones)."""
-        positions = np.asarray(positions, dtype=np.int64)
-        missing = self.pending.missing(sample.index, positions)
-        new_positions = positions[missing]
-        if new_positions.size:
-            tokens, refs = self.decoder.init.fill(self.init_state, sample, new_positions)
-            fresh = Drafts.new(new_positions, tokens, refs, self.V, fresh=True)
+    def drafts_for(
+        self, views: list[SampleView], wanted: list[np.ndarray]
+    ) -> tuple[list[Drafts], tuple[np.ndarray, Drafts]]:
+        """The drafts for each sample's `wanted` positions (ascending): those waiting there, looked up
+        for the whole batch at once, and fresh ones the init drafts where none waits (one call per
+        sample that needs any). Returns each sample's drafts in position order (views into one batch
+        of drafts) and the fresh ones with the batch index of each."""
+        counts = np.array([len(w) for w in wanted], dtype=np.int64)
+        starts = _offsets(counts.tolist())
+        samples = np.repeat(np.arange(len(wanted)), counts)  # (D,) over the batch's wanted positions
+        positions = np.concatenate(wanted).astype(np.int64, copy=False)
+        missing = self.pending.missing(samples, positions)
+        every = self.pending.get(samples[~missing], positions[~missing])
+        fresh_samples, fresh = [], []
+        for b in np.unique(samples[missing]).tolist():  # the init's calls, sample by sample
+            here = positions[starts[b] : starts[b] + counts[b]][missing[starts[b] : starts[b] + counts[b]]]
+            tokens, refs = self.decoder.init.fill(self.init_state, views[b], here)
+            fresh.append(Drafts.new(here, tokens, refs, self.V, fresh=True))
+            fresh_samples.append(np.full(len(here), b))
+        if fresh:
+            owner = np.concatenate([samples[~missing], *fresh_samples])
+            merged = Drafts.cat([every, *fresh])
+            every = merged.select(np.lexsort((merged.positions, owner)))  # by sample, then position
+            made = (np.concatenate(fresh_samples), Drafts.cat(fresh))
         else:
-            fresh = Drafts.new(new_positions, sample.tokens[:0], None, self.V, fresh=True)
-        if not missing.any():
-            return self.pending.get(sample.index, positions), fresh
-        waiting = self.pending.get(sample.index, positions[~missing])
-        merged = Drafts.cat([waiting, fresh])
-        order = np.argsort(merged.positions, kind="stable")
-        return merged.select(order), fresh
+            none = np.zeros(0, dtype=np.int64)
+            made = (none, Drafts.new(none, self.tokens[0, :0], None, self.V, fresh=True))
+        return [every.span(a, a + n) for a, n in zip(starts.tolist(), counts.tolist())], made
 
     def forward(self, windows: list[Window]) -> ForwardPass:
         """The padded batch of windows through the model, and the processed distributions."""

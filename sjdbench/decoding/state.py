@@ -45,6 +45,10 @@ class Drafts:
         device_index = torch.as_tensor(index, device=self.tokens.device)
         return Drafts(**{f: _take(getattr(self, f), index, device_index) for f in FIELDS})
 
+    def span(self, start: int, stop: int) -> Drafts:
+        """The drafts start .. stop - 1, as views (one sample's drafts out of a batch's, in `BatchDecode.plan`)."""
+        return Drafts(**{f: getattr(self, f)[start:stop] for f in FIELDS})
+
     @staticmethod
     def cat(parts: list[Drafts]) -> Drafts:
         parts = [p for p in parts if len(p)] or parts[:1]
@@ -101,8 +105,8 @@ class PendingDrafts:
         self.refs = torch.zeros(batch * size, vocab_size, dtype=dtype, device=device)
         self.flags = torch.zeros(batch * size, 2, dtype=torch.bool, device=device)  # grew, eligible
 
-    def missing(self, sample: int, positions: np.ndarray) -> np.ndarray:
-        """(k,) bool: no draft waits at these positions."""
+    def missing(self, sample: int | np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """(k,) bool: no draft waits at these positions (of one sample, or of samples (k,), one each)."""
         return self.position[sample, positions % self.size] != positions
 
     def tokens_at(self, sample: int, positions: np.ndarray) -> torch.Tensor:
@@ -110,8 +114,9 @@ class PendingDrafts:
         index = torch.as_tensor(sample * self.size + positions % self.size, device=self.tokens.device)
         return self.tokens.index_select(0, index)
 
-    def get(self, sample: int, positions: np.ndarray) -> Drafts:
-        """The drafts waiting at these positions (every one must be present)."""
+    def get(self, sample: int | np.ndarray, positions: np.ndarray) -> Drafts:
+        """The drafts waiting at these positions (of one sample, or of samples (k,), one each; every one
+        must be present)."""
         entry = positions % self.size
         index = torch.as_tensor(sample * self.size + entry, device=self.tokens.device)
         flags = self.flags.index_select(0, index)

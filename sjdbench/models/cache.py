@@ -102,6 +102,7 @@ class WindowCache:
         self.bound: object = None  # a model's own view of this cache (a transformers Cache), see WindowedAdapter
         self._prefill_rows: torch.Tensor | None = None  # set while a prefill runs
         self._key_end = self.size
+        self._first_entries: torch.Tensor | None = None  # built by the first commit (`_row_heads`)
 
     @property
     def size(self) -> int:
@@ -230,22 +231,34 @@ class WindowCache:
     def commit(self, slots: torch.Tensor) -> None:
         """Keep slots (B, K) of the last window as committed tokens of each sample, at their
         positions; entries < 0 pad rows. A padding entry copies window entry 0 onto itself and marks
-        the sink column, so no entry a valid slot writes is touched and nothing syncs with the host."""
+        the sink column, so no entry a valid slot writes is touched and nothing syncs with the host.
+
+        Each layer's keys and values are copied as rows of a (rows * heads * size, head_dim) view with
+        one flat index built once for all of them: index_select then index_copy_, two plain kernels
+        per tensor (the advanced indexing over rows and entries with the heads between them took 1.7x
+        as long for the toy at B = 8)."""
         W, P = self.window, self.prompt_len
         valid = slots >= 0
         slot = slots.clamp(min=0)
         position = self.window_positions.gather(1, slot)  # (B, K)
-        source = slot.repeat_interleave(2, dim=0)  # (2B, K) window entries
+        source = slot.repeat_interleave(2, dim=0)  # (2B, K) window entries (a padding entry's is 0)
         destination = torch.where(valid, W + P + position, 0).repeat_interleave(2, dim=0)
-        source = torch.where(valid.repeat_interleave(2, dim=0), source, 0)
-        rows = torch.arange(source.shape[0], device=slots.device)[:, None].expand_as(source)
+        first = self._row_heads(slots.device)  # (2B, H, 1) the first entry of each row and head
+        source, destination = (first + source[:, None]).reshape(-1), (first + destination[:, None]).reshape(-1)
         for tensor in (*self.keys, *self.values):
-            if slots.shape[0] == 1:  # both rows of one sample: one index per entry (half the cost)
-                tensor[:, :, destination[0]] = tensor[:, :, source[0]]
-            else:
-                tensor[rows, :, destination] = tensor[rows, :, source]
+            entries = tensor.view(-1, tensor.shape[-1])  # (2B * H * size, head_dim)
+            entries.index_copy_(0, destination, entries.index_select(0, source))
+        rows = torch.arange(valid.shape[0] * 2, device=slots.device)[:, None]
         marked = torch.where(valid, P + position, self.committed).repeat_interleave(2, dim=0)
         self.key_valid[rows, marked] = True
+
+    def _row_heads(self, device: torch.device) -> torch.Tensor:
+        """(2B, H, 1) the flat index of entry 0 of each row and head of a layer's keys (`commit`)."""
+        rows, heads, size, _ = self.keys[0].shape
+        first = self._first_entries
+        if first is None or first.shape[:2] != (rows, heads):
+            first = self._first_entries = (torch.arange(rows * heads, device=device) * size).view(rows, heads, 1)
+        return first
 
     def commit_span(self, slot: int, position: int, count: int) -> None:
         """The one-sample chain commit: `count` consecutive slots from `slot` kept at consecutive
