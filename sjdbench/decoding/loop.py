@@ -269,6 +269,8 @@ class BatchDecode:
         self.chain_step = chain_step(adapter, decoder, self.topology, self.sampling, self.drafter is not None)
         self.samples: list[SampleState | None] = [None] * B  # by batch index
         self.bad_prefill = torch.zeros((), dtype=torch.bool, device=self.device)
+        none = np.zeros(0, dtype=np.int64)
+        self.no_drafts = (none, Drafts.new(none, self.tokens[0, :0], None, self.V, fresh=True))  # nothing fresh
 
     # -- the batch -----------------------------------------------------------------------------------
 
@@ -413,9 +415,8 @@ class BatchDecode:
         the fresh drafts with the batch index of each."""
         views = [self.view(b) for b in range(len(self.samples))]
         layouts = [self.topology.plan(view, self.decoder.window) for view in views]
-        if self.tree is not None:
-            none = np.zeros(0, dtype=np.int64)  # a drafter tree leaves no drafts waiting
-            return self.drafted_trees(layouts), (none, Drafts.new(none, self.tokens[0, :0], None, self.V, True))
+        if self.tree is not None:  # a drafter tree leaves no drafts waiting
+            return self.drafted_trees(layouts), self.no_drafts
         if self.drafter is not None:
             self.draft_chains(layouts)
         drafts, fresh = self.drafts_for(views, [layout.wanted for layout in layouts])
@@ -487,25 +488,27 @@ class BatchDecode:
         sample that needs any). Returns each sample's drafts in position order (views into one batch
         of drafts) and the fresh ones with the batch index of each."""
         counts = np.array([len(w) for w in wanted], dtype=np.int64)
-        starts = _offsets(counts.tolist())
+        starts = np.cumsum(counts) - counts
         samples = np.repeat(np.arange(len(wanted)), counts)  # (D,) over the batch's wanted positions
         positions = np.concatenate(wanted).astype(np.int64, copy=False)
         missing = self.pending.missing(samples, positions)
-        every = self.pending.get(samples[~missing], positions[~missing])
-        fresh_samples, fresh = [], []
-        for b in np.unique(samples[missing]).tolist():  # the init's calls, sample by sample
-            here = positions[starts[b] : starts[b] + counts[b]][missing[starts[b] : starts[b] + counts[b]]]
-            tokens, refs = self.decoder.init.fill(self.init_state, views[b], here)
-            fresh.append(Drafts.new(here, tokens, refs, self.V, fresh=True))
-            fresh_samples.append(np.full(len(here), b))
-        if fresh:
+        if not missing.any():
+            every, made = self.pending.get(samples, positions), self.no_drafts
+        else:
+            every = self.pending.get(samples[~missing], positions[~missing])
+            fresh_samples, fresh = [], []
+            for b, (start, stop) in enumerate(zip(starts.tolist(), (starts + counts).tolist())):
+                here = positions[start:stop][missing[start:stop]]  # the init's calls, sample by sample
+                if here.size:
+                    tokens, refs = self.decoder.init.fill(self.init_state, views[b], here)
+                    fresh.append(Drafts.new(here, tokens, refs, self.V, fresh=True))
+                    fresh_samples.append(np.full(here.size, b))
             owner = np.concatenate([samples[~missing], *fresh_samples])
             merged = Drafts.cat([every, *fresh])
             every = merged.select(np.lexsort((merged.positions, owner)))  # by sample, then position
             made = (np.concatenate(fresh_samples), Drafts.cat(fresh))
-        else:
-            none = np.zeros(0, dtype=np.int64)
-            made = (none, Drafts.new(none, self.tokens[0, :0], None, self.V, fresh=True))
+        if len(wanted) == 1:
+            return [every], made
         return [every.span(a, a + n) for a, n in zip(starts.tolist(), counts.tolist())], made
 
     def forward(self, windows: list[Window]) -> ForwardPass:
