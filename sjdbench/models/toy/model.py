@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional
 
-import torch
 from safetensors.torch import load_file
 
 from sjdbench.adapter import SegmentLayout
