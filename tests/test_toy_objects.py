@@ -85,3 +85,42 @@ def test_a_region_no_template_overlaps_is_present_with_its_centroid_as_centre():
     found = find_object(image, "red")
     assert found.present and found.shape is None and found.iou == 0.0
     assert found.centre == (32.0, 32.0)
+
+
+def _scan(image: np.ndarray, colour: str) -> tuple:
+    """The finder's template search written as the plain scan it stands for: every template at every
+    centre within SEARCH_PX of the region's centroid, in (row, column, template) order, keeping the
+    first strictly better IoU."""
+    from scipy import ndimage
+
+    from sjdbench.toyworld.objects import MIN_PIXELS, SEARCH_PX, _padded_templates
+
+    labels, n = ndimage.label(colour_mask(image, colour))
+    sizes = ndimage.sum_labels(np.ones_like(labels), labels, index=np.arange(1, n + 1)) if n else []
+    if n == 0 or max(sizes) < MIN_PIXELS:
+        return (False, None, None, 0.0, None)
+    region = labels == int(np.argmax(sizes)) + 1
+    cy, cx = (int(round(float(v) + 0.5)) for v in ndimage.center_of_mass(region))
+    best = (0.0, None, None, None)
+    for ty in range(max(cy - SEARCH_PX, 0), min(cy + SEARCH_PX, 64) + 1):
+        for tx in range(max(cx - SEARCH_PX, 0), min(cx + SEARCH_PX, 64) + 1):
+            for (shape, size), canvas in _padded_templates().items():
+                m = canvas[64 - ty : 128 - ty, 64 - tx : 128 - tx]
+                iou = np.count_nonzero(m & region) / np.count_nonzero(m | region)
+                if iou > best[0]:
+                    best = (iou, shape, size, (float(ty), float(tx)))
+    return (True, best[1], best[2], best[0], best[3] or (float(cy), float(cx)))
+
+
+def test_the_template_search_equals_the_plain_scan():
+    """The finder scores every template at every centre at once (a correlation and integral images);
+    what it finds must be what the scan finds, ties included, on renders, their noisy copies and
+    objects cut by the image border."""
+    images, _ = world.render_scenes(7, 0, 6)
+    rng = np.random.default_rng(0)
+    noisy = [np.clip(im.astype(int) + rng.integers(-60, 60, im.shape), 0, 255).astype(np.uint8) for im in images]
+    border = [world.render(_single(shape, "big", centre=(2.0, 61.0))) for shape in world.SHAPES]
+    for image in [*images, *noisy, *border]:
+        for colour in COLOURS:
+            found = find_object(image, colour)
+            assert (found.present, found.shape, found.size, found.iou, found.centre) == _scan(image, colour)
