@@ -85,9 +85,11 @@ def released_config(config: dict[str, Any]) -> DrafterConfig:
     raise ValueError(f"drafter config of model_type {kind!r}; released drafters are 'llama' (LlamaGen) or 'chameleon'")
 
 
-def expected_shapes(cfg: DrafterConfig) -> dict[str, tuple[int, ...]]:
-    with torch.device("meta"):
-        return {name: tuple(t.shape) for name, t in DrafterNet(cfg).state_dict().items()}
+def shapes_of(net: DrafterNet) -> dict[str, tuple[int, ...]]:
+    """The tensor shapes a network's weight file must hold. Read from the network the weights are
+    loaded into, built first on the CPU: a build on the meta device would import torch's compiler
+    stack on its first tensor, seconds that every drafter run would pay for a second build."""
+    return {name: tuple(t.shape) for name, t in net.state_dict().items()}
 
 
 def download_command(repo: str) -> str:
@@ -118,14 +120,15 @@ def load_released(folder: Path, repo: str | None = None) -> DrafterNet:
     weights = next((folder / name for name in RELEASED_WEIGHTS if (folder / name).exists()), None)
     if weights is None:
         raise WeightsError(f"{folder} has neither {' nor '.join(RELEASED_WEIGHTS)}; fetch the drafter with `{how}`")
+    net = DrafterNet(cfg)
     if weights.suffix == ".safetensors":
-        check_weight_file(weights, expected_shapes(cfg), recorded_checksums(folder))
+        check_weight_file(weights, shapes_of(net), recorded_checksums(folder))
         from safetensors.torch import load_file
 
         state = load_file(str(weights))
     else:
         state = _torch_state(weights, how)
-    return _built(cfg, state, weights, how)
+    return _loaded(net, state, weights, how)
 
 
 def _torch_state(path: Path, how: str) -> dict[str, torch.Tensor]:
@@ -140,8 +143,8 @@ def _torch_state(path: Path, how: str) -> dict[str, torch.Tensor]:
     return state
 
 
-def _built(cfg: DrafterConfig, state: dict[str, torch.Tensor], path: Path, how: str) -> DrafterNet:
-    shapes = expected_shapes(cfg)
+def _loaded(net: DrafterNet, state: dict[str, torch.Tensor], path: Path, how: str) -> DrafterNet:
+    shapes = shapes_of(net)
     missing = sorted(set(shapes) - set(state))
     extra = sorted(set(state) - set(shapes))
     if missing or extra:
@@ -157,7 +160,6 @@ def _built(cfg: DrafterConfig, state: dict[str, torch.Tensor], path: Path, how: 
                 f"{path}: tensor {name} has shape {list(state[name].shape)}, its config.json needs {list(shape)}; "
                 f"fetch both with `{how}`"
             )
-    net = DrafterNet(cfg)
     net.load_state_dict({k: v.float() for k, v in state.items()})
     return net
 
@@ -178,10 +180,10 @@ def load_trained(folder: Path, name: str) -> tuple[DrafterNet, dict[str, Any]]:
         cfg = DrafterConfig.from_dict(meta["config"])
     except (ValueError, KeyError, TypeError) as error:
         raise WeightsError(f"{meta_path} is corrupt or not a drafter's metadata ({error}); {how}") from None
-    check_weight_file(weights, expected_shapes(cfg), recorded_checksums(folder))
+    net = DrafterNet(cfg)
+    check_weight_file(weights, shapes_of(net), recorded_checksums(folder))
     from safetensors.torch import load_file
 
-    net = DrafterNet(cfg)
     net.load_state_dict({k: v.float() for k, v in load_file(str(weights)).items()})
     return net, meta
 
