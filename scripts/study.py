@@ -1,19 +1,24 @@
 """The full toy study, in one command: `make study`.
 
 Every decoder preset at W = 16 on the 256 held-out toy captions, AR at seeds 0 and 1 (the second is
-the noise floor of every quality difference), batched; then `sjdbench eval` (toy CLIP-Score, toy
-FD, object accuracy, each difference to AR with a paired bootstrap CI) and `sjdbench report`. The
+the noise floor of every quality difference), 32 samples decoded in lockstep; then `sjdbench eval`
+(toy CLIP-Score, toy FD, object accuracy, each difference to AR with a paired bootstrap CI) and
+`sjdbench report`, on this study's runs (a store may hold runs of other batch sizes). The
 runs are taken from one queue by two worker processes (one torch thread each: the machine's two
-cores); the script prints its wall time and the CPU time its workers spent at the end. Last,
+cores), and scored the same way: the decoders split between the workers (each measures the AR
+samples its comparisons need, or reads them once the other has), then one pass over every run
+for AR's own scores, which finds the rest measured and prints the table. The script prints its
+wall time and the CPU time its decoding workers spent at the end. Last,
 the quality table (one row per decoder, every score with its difference to AR and, for the toy
 CLIP-Score, the equivalence to AR) is written as the docs fragment docs/generated/study.md.
 
-    python scripts/study.py [--results results/study] [--limit 256] [--batch 8] [--workers 2] [--no-docs]
+    python scripts/study.py [--results results/study] [--limit 256] [--batch 32] [--workers 2] [--no-docs]
 
 Finished runs are reused (the store resumes), so an interrupted study continues where it stopped.
 The latencies of a study are not its point (its decodes share the machine two by two): step
 compression and quality are exact properties of the samples; throughput comes from
-benchmarks/bench_batch.py on a quiet machine.
+benchmarks/bench_batch.py on a quiet machine. So its runs decode no untimed warm-up batch
+(`warmup=0`), which at B = 32 would add an eighth to each run's work; the runs' ids do not depend on it.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=REPO / "results" / "study")
     parser.add_argument("--limit", type=int, default=256, help="held-out toy captions")
-    parser.add_argument("--batch", type=int, default=8, help="samples decoded in lockstep")
+    parser.add_argument("--batch", type=int, default=32, help="samples decoded in lockstep")
     parser.add_argument("--workers", type=int, default=2, help="decoding processes (one CPU thread each)")
     parser.add_argument("--markdown", type=Path, default=FRAGMENT, help="the docs fragment the quality table goes to")
     parser.add_argument("--no-docs", action="store_true", help="write no docs fragment")
@@ -58,6 +63,7 @@ def main() -> None:
         f"results_dir={args.results}",
         "threads=1",
         "save_images=true",
+        "warmup=0",  # latencies are not the study's point: no untimed batch before each run
     ]
 
     # one queue of runs, taken by the workers as they come free, the longest first: the presets with a
@@ -82,14 +88,18 @@ def main() -> None:
         flush=True,
     )
 
-    results = f"results_dir={args.results}"  # scoring and the report are one process: every core is theirs
-    subprocess.run(command("eval", "model=toy", "data=toy", results), cwd=REPO, check=True)
+    # this study's runs: a store may also hold earlier studies' runs at another batch size
+    chosen = ["model=toy", "data=toy", f"batch_size={args.batch}", f"results_dir={args.results}"]
+    halves = [presets[i :: max(1, args.workers)] for i in range(max(1, args.workers))]
+    scoring = [command("eval", *chosen, "decoder=" + ",".join(half)) for half in halves if half]
+    with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        quiet = {"cwd": REPO, "env": env, "stdout": subprocess.DEVNULL}  # their tables: the last pass prints one
+        codes = list(pool.map(lambda job: subprocess.run(job, **quiet).returncode, scoring))
+    if any(codes):
+        sys.exit("scoring failed (its error is above); re-run `make study` to resume: what was measured is kept")
+    subprocess.run(command("eval", *chosen), cwd=REPO, check=True)  # AR's own scores; prints the table
     scored = time.perf_counter() - start
-    subprocess.run(
-        command("report", "model=toy", "data=toy", results, "--out", str(args.results / "report")),
-        cwd=REPO,
-        check=True,
-    )
+    subprocess.run(command("report", *chosen, "--out", str(args.results / "report")), cwd=REPO, check=True)
     total = time.perf_counter() - start
     print(
         f"study: {len(presets)} decoders + AR at seeds 0 and 1 over {args.limit} captions, B = {args.batch}: "
@@ -100,9 +110,9 @@ def main() -> None:
     if not args.no_docs:
         from sjdbench.report.generated import script_command, write_fragment
 
-        body = study_table(args.results) + (
-            f"\n\nWall time: decoding {decoded / 60:.1f} min ({decoding_cpu / 60:.1f} min of CPU in "
-            f"{args.workers} workers), scoring {(scored - decoded) / 60:.1f} min, "
+        body = study_table(args.results, batch=args.batch) + (
+            f"\n\nWall time at B = {args.batch}: decoding {decoded / 60:.1f} min ({decoding_cpu / 60:.1f} min of "
+            f"CPU in {args.workers} workers), scoring {(scored - decoded) / 60:.1f} min, "
             f"report {(total - scored) / 60:.1f} min (printed by the script)."
         )
         print(f"table -> {write_fragment(args.markdown, body, script_command())}", flush=True)
@@ -112,7 +122,7 @@ def main() -> None:
 SHORT = {"toy_clip": ("toy CLIP", 1), "toy_fd": ("toy FD", 3), "toy_objects": ("objects", 3)}
 
 
-def study_table(results: Path, group: tuple[str, str] = ("toy", "toy")) -> str:
+def study_table(results: Path, group: tuple[str, str] = ("toy", "toy"), batch: int | None = None) -> str:
     """The study's quality table from its store: one row per run (AR at each seed, then each
     decoder), step compression, and per evaluator the value and the paired difference to AR at the
     first seed [95 % CI] (bold where the interval excludes 0), with the equivalence column the
@@ -125,7 +135,10 @@ def study_table(results: Path, group: tuple[str, str] = ("toy", "toy")) -> str:
     from sjdbench.results.store import USABLE
 
     runs = runs_frame(results)
-    runs = runs[runs["status"].isin(USABLE)].reset_index(drop=True)
+    runs = runs[runs["status"].isin(USABLE)]
+    if batch is not None:  # one study's runs (batch_size is a fact of every run's id)
+        runs = runs[runs["batch_size"] == batch]
+    runs = runs.reset_index(drop=True)
     tables = quality_tables(runs, load_scores(runs), group)
     by_id = runs.set_index("run_id")
     listed = list(dict.fromkeys(run_id for t in tables for run_id in t.frame["run_id"]))

@@ -98,6 +98,10 @@ def test_the_study_table_comes_from_the_store(tmp_path):
     assert cells["lantern"][1] == "no" and cells["lantern"][5] == "–"
     assert cells["jacobi"][1] == "greedy"
     assert "two one-sided tests (TOST)" in table and ids["sjd"] not in table
+    # one study's runs: those of another batch size in the same store are not its rows
+    assert script("study").study_table(root, batch=1) == table
+    other = script("study").study_table(root, batch=32)
+    assert not [line for line in other.splitlines() if line.startswith("| ")][1:]
 
 
 def test_the_calibration_tables_render_the_shipped_measurements(tmp_path):
