@@ -102,6 +102,17 @@ def test_exported_weights_are_readable_by_all_and_checksummed(tmp_path):
     verify_weights(tmp_path)  # what every run checks before loading
 
 
+def test_checking_the_shipped_weights_leaves_the_global_random_stream_as_it_was():
+    """The check builds a throwaway network (random initialisation) to read the shapes it needs."""
+    from sjdbench.models.toy.model import verify_weights
+
+    torch.manual_seed(11)
+    expected = torch.rand(4)
+    torch.manual_seed(11)
+    verify_weights()
+    assert torch.equal(torch.rand(4), expected)
+
+
 def test_the_shipped_weights_are_never_overwritten_by_default(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

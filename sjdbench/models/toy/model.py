@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional
 
+import torch
 from safetensors.torch import load_file
 
 from sjdbench.adapter import SegmentLayout
@@ -120,8 +121,10 @@ def verify_weights(weights_dir: str | Path | None = None) -> None:
     try:
         meta = load_meta(weights_dir)
         # built on the CPU (a toy builds in well under 0.1 s): the first tensor on the meta device
-        # imports torch's compiler stack, seconds that every `sjdbench run` would pay
-        shapes = {k: tuple(v.shape) for k, v in Llama(LlamaConfig(**meta["model"])).state_dict().items()}
+        # imports torch's compiler stack, seconds that every `sjdbench run` would pay; its random
+        # initialisation draws from a forked stream, so checking leaves the global one as it was
+        with torch.random.fork_rng(devices=[]):
+            shapes = {k: tuple(v.shape) for k, v in Llama(LlamaConfig(**meta["model"])).state_dict().items()}
     except FileNotFoundError as error:
         raise WeightsError(str(error)) from None
     except (ValueError, KeyError, TypeError) as error:
