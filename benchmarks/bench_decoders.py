@@ -12,8 +12,9 @@ machine drift hits all of them alike; the speedup is results.pairing's, as every
 it: the geometric mean of per-prompt AR/decoder latency ratios. The presets are the `decoder`
 config group's. Absolute CPU times are noise; the ratios measured in one run are the result.
 
-Overhead: a second pass decodes `--overhead-prompts` prompts with the model's forward and prefill
-timed (device-synchronised); everything else (sampling, verification, proposals, statistics,
+Overhead: a second pass decodes `--overhead-prompts` prompts with the model's forwards and prefill
+timed (device-synchronised), a trained drafter's network forwards among them (they are a model's
+arithmetic too); everything else (sampling, verification, proposals, tree building, statistics,
 cache commits, bookkeeping) is the decoding machinery. Printed per decoder and W: the share of
 wall time outside model forwards and the machinery's time per iteration.
 
@@ -27,6 +28,8 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +72,30 @@ class ForwardTimer:
 
     def forward(self, *args, **kwargs):
         return self._timed(self._adapter.forward, *args, **kwargs)
+
+    # the same forwards returning hidden states too, which decoders with a trained drafter call
+    def prefill_states(self, *args, **kwargs):
+        return self._timed(self._adapter.prefill_states, *args, **kwargs)
+
+    def forward_states(self, *args, **kwargs):
+        return self._timed(self._adapter.forward_states, *args, **kwargs)
+
+
+@contextmanager
+def drafter_forwards_timed(timer: ForwardTimer) -> Iterator[None]:
+    """Within: every trained drafter's network forward adds to the timer's seconds as well."""
+    from sjdbench.models.drafter.network import DrafterNet
+
+    untimed = DrafterNet.forward
+
+    def timed(net: DrafterNet, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return timer._timed(untimed, net, *args, **kwargs)
+
+    DrafterNet.forward = timed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DrafterNet.forward = untimed  # type: ignore[method-assign]
 
 
 def window_cost(adapter: Any, prompt_text: str, widths: list[int], device: str, repeats: int = 30) -> dict[int, float]:
@@ -157,13 +184,15 @@ def main() -> None:
     outside: dict[tuple, tuple[float, float]] = {}
     if args.overhead_prompts:
         timer = ForwardTimer(adapter, device)
-        for key, decoder in decoders.items():
-            timer.seconds, wall, iterations = 0.0, 0.0, 0
-            for prompt in prompts[: args.overhead_prompts]:
-                timed = timed_decode(timer, prompt.text, decoder, sampling, sample_seed(0, prompt.prompt_id, 0), device)
-                wall += timed.latency_s
-                iterations += timed.result.stats.iterations
-            outside[key] = (1 - timer.seconds / wall, 1000 * (wall - timer.seconds) / iterations)
+        with drafter_forwards_timed(timer):
+            for key, decoder in decoders.items():
+                timer.seconds, wall, iterations = 0.0, 0.0, 0
+                for prompt in prompts[: args.overhead_prompts]:
+                    seed = sample_seed(0, prompt.prompt_id, 0)
+                    timed = timed_decode(timer, prompt.text, decoder, sampling, seed, device)
+                    wall += timed.latency_s
+                    iterations += timed.result.stats.iterations
+                outside[key] = (1 - timer.seconds / wall, 1000 * (wall - timer.seconds) / iterations)
     costs = window_cost(adapter, prompts[0].text, args.windows, device)
 
     tokens = adapter.layout.n_positions
@@ -174,7 +203,8 @@ def main() -> None:
     )
     print(
         "# speedup: geometric mean over prompts of AR/decoder latency (results.pairing), interleaved prompt by prompt; "
-        "outside: share of wall time outside model forwards; ms/it: that time per iteration"
+        "outside: share of wall time outside model forwards (a trained drafter's included); "
+        "ms/it: that time per iteration"
     )
     print(f"{'decoder':<12}{'W':>4}{'NFE':>8}{'step x':>8}{'speedup':>9}{'lat ms':>9}{'outside':>9}{'ms/it':>8}")
     ar_rows = pd.DataFrame(latency[("ar", 1)])

@@ -101,3 +101,31 @@ def test_chain_step_bench_pairs_the_two_paths_and_checks_their_tokens():
     rows = [line.split() for line in lines if line.split() and line.split()[0] in ("sjd", "ar")]
     assert [(r[0], r[1]) for r in rows] == [("sjd", "1"), ("sjd", "2"), ("ar", "1"), ("ar", "2")]
     assert all(float(r[2]) > 0 for r in rows)
+
+
+@pytest.mark.slow  # about 10 s: decodes one toy image with a trained drafter, twice
+def test_a_trained_drafters_forwards_count_as_model_time_not_machinery():
+    """The overhead pass times the target's forwards (also those returning hidden states) and the
+    drafter's network forwards; before, a drafter preset's share outside the forwards read 100 %."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_decoders", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    from sjdbench.config import compose_run, decoder_spec
+    from sjdbench.models.registry import build_adapter
+    from sjdbench.run.runner import resolve_sampling, timed_decode
+
+    config = compose_run(["model=toy", "decoder=eagle", "decoder.window=4", "device=cpu"])
+    adapter = build_adapter("toy", dict(config.model.options), "cpu")
+    decoder = decoder_spec(config).build(adapter)
+    sampling = resolve_sampling(adapter.default_sampling, config.sampling)
+    timer = bench.ForwardTimer(adapter, "cpu")
+    timed_decode(timer, "a red circle", decoder, sampling, 0, "cpu")
+    target_only = timer.seconds
+    assert target_only > 0  # the forwards returning hidden states are timed
+    timer.seconds = 0.0
+    with bench.drafter_forwards_timed(timer):
+        timed = timed_decode(timer, "a red circle", decoder, sampling, 0, "cpu")
+    assert timed.result.stats.drafter_forwards > 0
+    assert target_only < timer.seconds < timed.latency_s  # the drafter's forwards added, machinery left over
