@@ -13,10 +13,10 @@ it: the geometric mean of per-prompt AR/decoder latency ratios. The presets are 
 config group's. Absolute CPU times are noise; the ratios measured in one run are the result.
 
 Overhead: a second pass decodes `--overhead-prompts` prompts with the model's forwards and prefill
-timed (device-synchronised), a trained drafter's network forwards among them (they are a model's
-arithmetic too); everything else (sampling, verification, proposals, tree building, statistics,
-cache commits, bookkeeping) is the decoding machinery. Printed per decoder and W: the share of
-wall time outside model forwards and the machinery's time per iteration.
+timed (device-synchronised), a trained drafter's among them (its network, and the target's head
+over its features: a model's arithmetic too); everything else (sampling, verification, proposals,
+tree building, statistics, cache commits, bookkeeping) is the decoding machinery. Printed per
+decoder and W: the share of wall time outside model forwards and the machinery's time per iteration.
 
 Window cost: the time of one W-token window forward over one 1-token (AR) forward, both at the
 middle of the image with the cache filled, medians of interleaved repeats.
@@ -83,19 +83,23 @@ class ForwardTimer:
 
 @contextmanager
 def drafter_forwards_timed(timer: ForwardTimer) -> Iterator[None]:
-    """Within: every trained drafter's network forward adds to the timer's seconds as well."""
-    from sjdbench.models.drafter.network import DrafterNet
+    """Within: a trained drafter's forwards add to the timer's seconds as well: its network over
+    the prompt (`Drafter.start`) and each extend or level with the target's head over its features
+    (`Drafter._run`)."""
+    from sjdbench.models.drafter.drafting import Drafter
 
-    untimed = DrafterNet.forward
+    untimed = {name: getattr(Drafter, name) for name in ("start", "_run")}
 
-    def timed(net: DrafterNet, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return timer._timed(untimed, net, *args, **kwargs)
+    def timing(method: Any) -> Any:
+        return lambda drafter, *args, **kwargs: timer._timed(method, drafter, *args, **kwargs)
 
-    DrafterNet.forward = timed  # type: ignore[method-assign]
     try:
+        for name, method in untimed.items():
+            setattr(Drafter, name, timing(method))
         yield
     finally:
-        DrafterNet.forward = untimed  # type: ignore[method-assign]
+        for name, method in untimed.items():
+            setattr(Drafter, name, method)
 
 
 def window_cost(adapter: Any, prompt_text: str, widths: list[int], device: str, repeats: int = 30) -> dict[int, float]:
