@@ -54,6 +54,7 @@ def main() -> None:
     parser.add_argument("--no-docs", action="store_true", help="write no docs fragment")
     args = parser.parse_args()
     start = time.perf_counter()
+    workers = max(1, args.workers)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     common = [
         "model=toy",
@@ -74,7 +75,7 @@ def main() -> None:
     names = [*presets, "ar", "ar"]
     jobs = [command("run", *common, f"decoder={p}", "decoder.window=16", "seed=0", "--quiet") for p in presets]
     jobs += [command("run", *common, "decoder=ar", f"seed={seed}", "--quiet") for seed in (0, 1)]
-    with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         codes = list(pool.map(lambda job: subprocess.run(job, cwd=REPO, env=env).returncode, jobs))
     if any(codes):
         failed = [p for p, code in zip(names, codes) if code]
@@ -90,9 +91,9 @@ def main() -> None:
 
     # this study's runs: a store may also hold earlier studies' runs at another batch size
     chosen = ["model=toy", "data=toy", f"batch_size={args.batch}", f"results_dir={args.results}"]
-    halves = [presets[i :: max(1, args.workers)] for i in range(max(1, args.workers))]
+    halves = [presets[i::workers] for i in range(workers)]
     scoring = [command("eval", *chosen, "decoder=" + ",".join(half)) for half in halves if half]
-    with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         quiet = {"cwd": REPO, "env": env, "stdout": subprocess.DEVNULL}  # their tables: the last pass prints one
         codes = list(pool.map(lambda job: subprocess.run(job, **quiet).returncode, scoring))
     if any(codes):
