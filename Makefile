@@ -68,7 +68,7 @@ bench-batch: $(BIN)/python
 	$(BIN)/python benchmarks/bench_batch.py $(BENCH_ARGS)
 
 # The full toy study: every preset at W = 16 on 256 held-out captions, AR at seeds 0 and 1, eval and
-# report, batched, in two worker processes; prints its wall and CPU time (about 28 minutes on 2 cores)
+# report, batched, in two worker processes; prints its wall and CPU time (about 40 minutes on 2 cores)
 # and writes its quality table to docs/generated/study.md
 study: $(BIN)/python
 	@$(BIN)/python -c "import sjdbench" 2>/dev/null || $(MAKE) install
