@@ -208,23 +208,59 @@ def test_compiled_window_forward_equals_eager():
     torch.testing.assert_close(outputs[1], outputs[0], atol=1e-4, rtol=1e-4)
 
 
+DRAFTER_PRESETS = ("eagle", "eagle2", "eagle2_adt", "eagle_chain", "lantern_adt", "lantern_eagle", "lantern_pp")
+
+
+@pytest.fixture(scope="module")
+def eager_and_compiled(tmp_path_factory):
+    """The debug model in float64, eager and compiled (one pair for every preset: presets share compiled
+    shapes, as the runs of a sweep do), and what some presets read beside the model: a drafter (random
+    weights, saved as `sjdbench toy train-drafter` saves one) and a phrase table over its first codes."""
+    import json
+
+    from sjdbench.models.drafter import DrafterConfig, DrafterNet
+    from sjdbench.models.drafter.files import save_trained
+    from sjdbench.models.drafter.network import init_drafter
+
+    torch._dynamo.reset()  # graphs compiled by earlier tests in this process would not be counted
+    options = dict(grid_h=8, grid_w=8, n_codes=32, init_std=0.5, dtype="fp64")  # 72 positions: 2 key buckets
+    eager, compiled = build_debug_adapter(**options), build_debug_adapter(**options, compile=True)
+    folder = tmp_path_factory.mktemp("beside")
+    config = DrafterConfig("llama", eager.hidden_size, 64, 4, 2, eager.vocab_size, num_hidden_layers=1)
+    net = init_drafter(DrafterNet(config), std=0.2, seed=0)
+    with torch.no_grad():
+        net.embed_tokens.weight.copy_(eager.token_embeddings())
+    save_trained(net, folder / "drafter", "debug_drafter", {})
+    codes = eager.image_token_ids.tolist()[:8]
+    pairs = [[a, b, 1, 1.0] for a in codes for b in codes]  # every pair of 8 codes: joint passes happen
+    (folder / "debug_phrases.json").write_text(json.dumps({"model": "debug", "pairs": pairs}))
+    overrides = {preset: [f"decoder.proposal.drafter={folder / 'drafter'}"] for preset in DRAFTER_PRESETS}
+    overrides["sjd_pv"] = [f"decoder.verifier.phrases={folder / 'debug_phrases.json'}"]
+    return eager, compiled, overrides
+
+
+def every_preset() -> list[str]:
+    from sjdbench.config.identity import decoder_presets
+
+    return ["ar", *decoder_presets()]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("preset", ["ar", "sjd", "sjd_pac"])
-def test_compiled_decoding_equals_eager_in_float64(preset):
+@pytest.mark.parametrize("preset", every_preset())
+def test_compiled_decoding_equals_eager_in_float64(preset, eager_and_compiled):
     """A compiled decode is the eager one token for token, and statistic for statistic, in float64 at
-    B = 1 and 3, over prompts of different lengths (so shapes change with the window's length, the
-    keys' bucket and the batch). The prompts share compiled shapes: an AR decode compiles one forward
-    per key bucket and batch size, not one per prompt. Slow: each shape compiles in ~5 s on 2 cores."""
+    B = 1 and 3, for every preset (chains, trees, rows, drafters; W = 16), over prompts of different
+    lengths (so shapes change with the window's length, the keys' bucket and the batch). The prompts
+    share compiled shapes: an AR decode compiles one forward per key bucket and batch size, not one
+    per prompt. Slow: each shape compiles in ~5 s on 2 cores (every preset: about 2.5 minutes)."""
     from torch._dynamo.utils import counters
 
     from sjdbench.config import build_preset
     from sjdbench.decoding.loop import Request, jacobi_decode_batch
 
-    torch._dynamo.reset()  # graphs compiled by earlier tests in this process would not be counted
-    options = dict(grid_h=8, grid_w=8, n_codes=32, init_std=0.5, dtype="fp64")  # 72 positions: 2 key buckets
-    eager, compiled = build_debug_adapter(**options), build_debug_adapter(**options, compile=True)
+    eager, compiled, beside = eager_and_compiled
     prompts = ["a red circle", "two blue squares on a striped background", "x"]
-    overrides = ["decoder.window=16"] if preset == "sjd_pac" else []
+    overrides = [*([] if preset == "ar" else ["decoder.window=16"]), *beside.get(preset, [])]
     for batch in (1, 3):
         results = []
         for adapter in (eager, compiled):
@@ -233,9 +269,9 @@ def test_compiled_decoding_equals_eager_in_float64(preset):
             graphs = counters["stats"]["unique_graphs"]
             decoded = jacobi_decode_batch(adapter, requests, decoder, adapter.default_sampling, batch)
             results.append({r.key: out for r, out in decoded})
-            if adapter is compiled and preset == "ar":
-                # the window forward: 1 slot, keys of 64 or 128 entries (2 graphs; on a CPU the loop's
-                # chain step is not compiled, loop.CHAIN_STEP)
+            if adapter is compiled and preset == "ar" and batch == 1:
+                # the window forward: 1 slot (a cache of its own: no other preset's shape), keys of 64 or
+                # 128 entries (2 graphs; on a CPU the loop's chain step is not compiled, loop.CHAIN_STEP)
                 assert 0 < counters["stats"]["unique_graphs"] - graphs <= 2
         for key, out in results[0].items():
             assert torch.equal(results[1][key].tokens, out.tokens), (preset, batch, key)
