@@ -17,6 +17,9 @@ timed (device-synchronised), a trained drafter's among them (its network, and th
 over its features: a model's arithmetic too); everything else (sampling, verification, proposals,
 tree building, statistics, cache commits, bookkeeping) is the decoding machinery. Printed per
 decoder and W: the share of wall time outside model forwards and the machinery's time per iteration.
+`--steps` splits that time by the loop's steps in the same pass (plan, the forward step's own work
+around the model, verify, commit, the drafter's advance, observe, propose; `rest`: the loop between
+them): where the machinery goes, per decoder, without a profiler.
 
 Window cost: the time of one W-token window forward over one 1-token (AR) forward, both at the
 middle of the image with the cache filled, medians of interleaved repeats.
@@ -29,7 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +105,48 @@ def drafter_forwards_timed(timer: ForwardTimer) -> Iterator[None]:
             setattr(Drafter, name, method)
 
 
+# BatchDecode's steps of one iteration, as `--steps` names them (verify_chains: a chain's fixed-shape verify)
+LOOP_STEPS = {
+    "plan": "plan",
+    "forward": "forward",
+    "verify": "verify",
+    "verify_chains": "verify",
+    "commit": "commit",
+    "advance_drafter": "advance",
+    "observe": "observe",
+    "propose": "propose",
+}
+
+
+@contextmanager
+def loop_steps_timed(timer: ForwardTimer, seconds: dict[str, float]) -> Iterator[None]:
+    """Within: each loop step's wall time outside the model's forwards (the timer's seconds that
+    elapsed inside it are taken off: the forward step holds the target's forward, and a drafter's
+    run in plan and advance) adds to `seconds[step]`."""
+    from sjdbench.decoding.loop import BatchDecode
+
+    untimed = {name: getattr(BatchDecode, name) for name in LOOP_STEPS}
+
+    def timing(name: str, method: Any) -> Any:
+        def timed(decode: Any, *args: Any, **kwargs: Any) -> Any:
+            model, start = timer.seconds, time.perf_counter()
+            try:
+                return method(decode, *args, **kwargs)
+            finally:
+                step = LOOP_STEPS[name]
+                seconds[step] = seconds.get(step, 0.0) + time.perf_counter() - start - (timer.seconds - model)
+
+        return timed
+
+    try:
+        for name, method in untimed.items():
+            setattr(BatchDecode, name, timing(name, method))
+        yield
+    finally:
+        for name, method in untimed.items():
+            setattr(BatchDecode, name, method)
+
+
 def window_cost(adapter: Any, prompt_text: str, widths: list[int], device: str, repeats: int = 30) -> dict[int, float]:
     """{W: time of a W-token window forward / time of a 1-token forward}, at mid-image."""
     prompt = adapter.encode_prompt(prompt_text)
@@ -145,6 +190,11 @@ def main() -> None:
         help="model.compile=true: the forward and the chain's fixed-shape step compiled (the warm-up compiles)",
     )
     parser.add_argument(
+        "--steps",
+        action="store_true",
+        help="also split the machinery's time per iteration by loop step (in the overhead pass)",
+    )
+    parser.add_argument(
         "--markdown",
         metavar="FILE",
         help="also write the printed table as a docs fragment, e.g. docs/generated/bench_decoders.md",
@@ -186,17 +236,22 @@ def main() -> None:
             busy += bool(timed.machine["busy"])
 
     outside: dict[tuple, tuple[float, float]] = {}
+    steps: dict[tuple, dict[str, float]] = {}  # (decoder, W) -> step -> ms per iteration
     if args.overhead_prompts:
         timer = ForwardTimer(adapter, device)
         with drafter_forwards_timed(timer):
             for key, decoder in decoders.items():
-                timer.seconds, wall, iterations = 0.0, 0.0, 0
-                for prompt in prompts[: args.overhead_prompts]:
-                    seed = sample_seed(0, prompt.prompt_id, 0)
-                    timed = timed_decode(timer, prompt.text, decoder, sampling, seed, device)
-                    wall += timed.latency_s
-                    iterations += timed.result.stats.iterations
+                timer.seconds, wall, iterations, seconds = 0.0, 0.0, 0, {}
+                with loop_steps_timed(timer, seconds) if args.steps else nullcontext():
+                    for prompt in prompts[: args.overhead_prompts]:
+                        seed = sample_seed(0, prompt.prompt_id, 0)
+                        timed = timed_decode(timer, prompt.text, decoder, sampling, seed, device)
+                        wall += timed.latency_s
+                        iterations += timed.result.stats.iterations
                 outside[key] = (1 - timer.seconds / wall, 1000 * (wall - timer.seconds) / iterations)
+                if args.steps:
+                    steps[key] = {step: 1000 * s / iterations for step, s in seconds.items()}
+                    steps[key]["rest"] = outside[key][1] - sum(steps[key].values())
     costs = window_cost(adapter, prompts[0].text, args.windows, device)
 
     tokens = adapter.layout.n_positions
@@ -222,6 +277,15 @@ def main() -> None:
             f"{name:<12}{width:>4}{mean_nfe:>8.1f}{tokens / mean_nfe:>8.2f}{ratio or float('nan'):>9.2f}"
             f"{1000 * rows['latency_s'].mean():>9.1f}{share:>9.1%}{per_iteration:>8.2f}"
         )
+    if steps:
+        names = [*dict.fromkeys(LOOP_STEPS.values()), "rest"]
+        print(
+            "# the machinery's ms/it by loop step (overhead pass): each step's wall time less the model's "
+            "forwards inside it; rest: the loop between the steps"
+        )
+        print(f"{'decoder':<12}{'W':>4}" + "".join(f"{name:>9}" for name in names))
+        for (name, width), split in steps.items():
+            print(f"{name:<12}{width:>4}" + "".join(f"{split.get(step, 0.0):>9.3f}" for step in names))
     print(
         "# window forward cost in AR steps (one W-token window forward / one 1-token forward, mid-image): "
         + ", ".join(f"W={w}: {c:.2f}" for w, c in costs.items())

@@ -29,6 +29,7 @@ def test_bench_script_runs_and_prints_latency_overhead_and_window_cost(tmp_path)
         "2",
         "--overhead-prompts",
         "1",
+        "--steps",
         "--markdown",
         str(fragment),
     ]
@@ -45,12 +46,38 @@ def test_bench_script_runs_and_prints_latency_overhead_and_window_cost(tmp_path)
     assert lines[0].startswith("# model=debug compiled=False prompts=2 tokens/image=72 device=cpu threads=1")
     header = next(line for line in lines if line.startswith("decoder"))
     assert header.split() == ["decoder", "W", "NFE", "step", "x", "speedup", "lat", "ms", "outside", "ms/it"]
-    rows = [line.split() for line in lines if line.split() and line.split()[0] in ("ar", "sjd", "lantern")]
+    steps_at = lines.index(next(line for line in lines if line.startswith("# the machinery's ms/it by loop step")))
+    rows = [line.split() for line in lines[:steps_at] if line.split() and line.split()[0] in ("ar", "sjd", "lantern")]
     assert [(r[0], r[1]) for r in rows] == [("ar", "1"), ("sjd", "3"), ("sjd", "5"), ("lantern", "3"), ("lantern", "5")]
     assert rows[0][3:5] == ["1.00", "1.00"]  # AR: step compression and speedup 1 by definition
     for row in rows:
         share = float(row[6].rstrip("%"))
         assert 0 < share < 100 and float(row[7]) > 0  # a share of wall time and a time per iteration
+    # --steps: the machinery's time per iteration split by loop step; the steps and the rest add up to it
+    at = steps_at
+    assert lines[at + 1].split() == [
+        "decoder",
+        "W",
+        "plan",
+        "forward",
+        "verify",
+        "commit",
+        "advance",
+        "observe",
+        "propose",
+        "rest",
+    ]
+    split = [line.split() for line in lines[at + 2 : at + 2 + len(rows)]]
+    assert [(s[0], s[1]) for s in split] == [(r[0], r[1]) for r in rows]
+    for row, parts in zip(rows, split):
+        values = dict(
+            zip(["plan", "forward", "verify", "commit", "advance", "observe", "propose", "rest"], map(float, parts[2:]))
+        )
+        assert abs(sum(values.values()) - float(row[7])) < 0.01  # printed to 3 decimals, ms/it to 2
+        assert values["plan"] > 0 and values["forward"] > 0 and values["verify"] > 0 and values["commit"] > 0
+        assert values["advance"] == 0 and values["rest"] > -0.01  # no drafter; the steps lie inside the decode
+        if row[0] != "ar":
+            assert values["observe"] > 0 and values["propose"] > 0
     cost = next(line for line in lines if line.startswith("# window forward cost"))
     assert "W=3:" in cost and "W=5:" in cost
     # --markdown: the printed table, as printed, in a docs fragment that names the command and the machine
