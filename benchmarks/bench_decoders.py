@@ -17,9 +17,9 @@ timed (device-synchronised), a trained drafter's among them (its network, and th
 over its features: a model's arithmetic too); everything else (sampling, verification, proposals,
 tree building, statistics, cache commits, bookkeeping) is the decoding machinery. Printed per
 decoder and W: the share of wall time outside model forwards and the machinery's time per iteration.
-`--steps` splits that time by the loop's steps in the same pass (plan, the forward step's own work
-around the model, verify, commit, the drafter's advance, observe, propose; `rest`: the loop between
-them): where the machinery goes, per decoder, without a profiler.
+`--steps` splits that time by the loop's steps in the same pass (AR's lean step; plan, the forward
+step's own work around the model, verify, commit, the drafter's advance, observe, propose; `rest`:
+the loop between them): where the machinery goes, per decoder, without a profiler.
 
 Window cost: the time of one W-token window forward over one 1-token (AR) forward, both at the
 middle of the image with the cache filled, medians of interleaved repeats.
@@ -105,8 +105,10 @@ def drafter_forwards_timed(timer: ForwardTimer) -> Iterator[None]:
             setattr(Drafter, name, method)
 
 
-# BatchDecode's steps of one iteration, as `--steps` names them (verify_chains: a chain's fixed-shape verify)
+# BatchDecode's steps of one iteration, as `--steps` names them (verify_chains: a chain's fixed-shape
+# verify; step_ar: a one-slot decoder's whole iteration, AR's lean step)
 LOOP_STEPS = {
+    "step_ar": "lean",
     "plan": "plan",
     "forward": "forward",
     "verify": "verify",

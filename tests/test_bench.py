@@ -58,6 +58,7 @@ def test_bench_script_runs_and_prints_latency_overhead_and_window_cost(tmp_path)
     assert lines[at + 1].split() == [
         "decoder",
         "W",
+        "lean",
         "plan",
         "forward",
         "verify",
@@ -69,15 +70,15 @@ def test_bench_script_runs_and_prints_latency_overhead_and_window_cost(tmp_path)
     ]
     split = [line.split() for line in lines[at + 2 : at + 2 + len(rows)]]
     assert [(s[0], s[1]) for s in split] == [(r[0], r[1]) for r in rows]
+    names = ["lean", "plan", "forward", "verify", "commit", "advance", "observe", "propose", "rest"]
     for row, parts in zip(rows, split):
-        values = dict(
-            zip(["plan", "forward", "verify", "commit", "advance", "observe", "propose", "rest"], map(float, parts[2:]))
-        )
+        values = dict(zip(names, map(float, parts[2:])))
         assert abs(sum(values.values()) - float(row[7])) < 0.01  # printed to 3 decimals, ms/it to 2
-        assert values["plan"] > 0 and values["forward"] > 0 and values["verify"] > 0 and values["commit"] > 0
         assert values["advance"] == 0 and values["rest"] > -0.01  # no drafter; the steps lie inside the decode
-        if row[0] != "ar":
-            assert values["observe"] > 0 and values["propose"] > 0
+        if row[0] == "ar":  # AR's lean step is its whole iteration
+            assert values["lean"] > 0 and all(values[step] == 0 for step in names[1:-1])
+        else:
+            assert values["lean"] == 0 and all(values[step] > 0 for step in names[1:-1] if step != "advance")
     cost = next(line for line in lines if line.startswith("# window forward cost"))
     assert "W=3:" in cost and "W=5:" in cost
     # --markdown: the printed table, as printed, in a docs fragment that names the command and the machine
