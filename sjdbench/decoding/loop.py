@@ -16,9 +16,10 @@ Per iteration (docs/ALGORITHMS.md §0-§5), for every sample of the batch:
    fresh drafts wait with the others, the distributions of the realized positions enter the history
    and the init, the recorder gets the iteration's statistics;
 6. propose: the slots past where each walk stopped turn their p into next iteration's drafts.
-AR is this loop with W = 1. The loop never knows which model it drives. Each step returns what it
-decided; the loop alone keeps the state between iterations (the samples' tokens, the waiting drafts,
-the history, the init's and the recorder's state).
+AR is this loop with W = 1; its iteration takes a lean step (`BatchDecode.step_ar`) that decides
+what the six steps decide for a window without drafts. The loop never knows which model it drives.
+Each step returns what it decided; the loop alone keeps the state between iterations (the samples'
+tokens, the waiting drafts, the history, the init's and the recorder's state).
 
 Batches: one forward holds every unfinished sample's window (padded to the longest); verification,
 emission, proposals and statistics run over all samples' slots at once, each sample drawing its
@@ -150,8 +151,9 @@ CHAIN_STEP: Literal["compiled-cuda", "always", "never"] = "compiled-cuda"
 # How a decoder of one slot (AR, the baseline every speedup divides by) runs its iterations: "lean"
 # (`BatchDecode.step_ar`: the forward, one draw and the commit, without the steps' bookkeeping for
 # drafts it never has) or "general" (the six steps; the tests decode both and compare). The two decide
-# the same tokens, statistics and cache. On the toy the general steps made AR 1.25x slower than a bare
-# AR loop (benchmarks/bench_baseline.py), which flattered every speedup over it.
+# the same tokens, statistics and cache. On the toy the general steps made AR take 1.16-1.34x the time
+# of a bare AR loop, the lean step 1.07-1.17x (benchmarks/bench_baseline.py, two paired runs): a slower
+# baseline flattered every speedup over it.
 AR_STEP: Literal["lean", "general"] = "lean"
 
 
