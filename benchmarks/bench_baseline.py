@@ -33,6 +33,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a source checkout without installing
 
+from bench_decoders import ForwardTimer  # noqa: E402  (beside this script: the forwards timed the same way)
+
 from sjdbench.adapter import Sampling, WindowInputs  # noqa: E402
 from sjdbench.config import compose_run, decoder_spec  # noqa: E402
 from sjdbench.data.prompts import load_prompts  # noqa: E402
@@ -67,30 +69,6 @@ def bare_ar(adapter: Any, prompt_text: str, sampling: Sampling, seed: int, devic
         adapter.commit(cache, keep)
     synchronize(device)
     return tokens.cpu(), time.perf_counter() - start
-
-
-class ForwardClock:
-    """The adapter with its prefill and window forwards timed (device-synchronised)."""
-
-    def __init__(self, adapter: Any, device: str) -> None:
-        self._adapter, self._device, self.seconds = adapter, device, 0.0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._adapter, name)
-
-    def _timed(self, method: Any, *args: Any) -> Any:
-        synchronize(self._device)
-        start = time.perf_counter()
-        out = method(*args)
-        synchronize(self._device)
-        self.seconds += time.perf_counter() - start
-        return out
-
-    def prefill(self, *args: Any) -> Any:
-        return self._timed(self._adapter.prefill, *args)
-
-    def forward(self, *args: Any) -> Any:
-        return self._timed(self._adapter.forward, *args)
 
 
 def main() -> None:
@@ -142,7 +120,7 @@ def main() -> None:
                 sys.exit(f"the loops decoded different tokens for prompt {prompt.prompt_id}: a bug in this script")
 
     # time outside the model's forwards, per step, over one decode of each prompt
-    clock, outside = ForwardClock(adapter, device), {}
+    clock, outside = ForwardTimer(adapter, device), {}
     steps = adapter.layout.n_positions - 1
     for which in kinds:
         clock.seconds, wall = 0.0, 0.0

@@ -157,3 +157,19 @@ def test_a_trained_drafters_forwards_count_as_model_time_not_machinery():
         timed = timed_decode(timer, "a red circle", decoder, sampling, 0, "cpu")
     assert timed.result.stats.drafter_forwards > 0
     assert target_only < timer.seconds < timed.latency_s  # the drafter's forwards added, machinery left over
+
+
+@pytest.mark.slow  # about 10 s: three AR loops on the debug model
+def test_baseline_bench_runs_the_three_ar_loops_to_the_same_tokens():
+    """benchmarks/bench_baseline.py exits non-zero if any loop's tokens differ; it prints one row per loop."""
+    script = SCRIPT.parent / "bench_baseline.py"
+    args = [sys.executable, str(script), "--model", "debug", "--prompts", "2", "--rounds", "1", "--threads", "1"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=SCRIPT.parents[1])
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {
+        line.split()[0]: line.split()[1:]
+        for line in result.stdout.splitlines()
+        if line.split()[:1] in (["loop"], ["general"], ["bare"])
+    }
+    assert set(rows) == {"loop", "general", "bare"}
+    assert rows["bare"][1] == "1.000" and all(float(v) > 0 for row in rows.values() for v in row)

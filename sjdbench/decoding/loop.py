@@ -423,7 +423,7 @@ class BatchDecode:
         bad = non_finite(logits, p) | self.bad_prefill
         self.bad_prefill = torch.zeros_like(bad)
         if bool(bad):  # the one host sync, as the general steps' verification brings the same flag
-            self.raise_non_finite_ar(logits, p, frontier)
+            self.raise_non_finite(logits, p, [np.array([n - 1]) for n in frontier.tolist()])
         emitted = sample(p[:, 0], Draws([state.request.generator for state in states], [1] * B, device))  # (B,)
         self.tokens[rows, positions[:, 0] + 1] = emitted
         for state, n in zip(states, frontier.tolist()):
@@ -434,15 +434,6 @@ class BatchDecode:
         self.adapter.commit(self.cache, torch.zeros(B, 1, dtype=torch.long, device=device))
         ones = np.ones(B, dtype=np.int64)
         self.recorder.record(IterationRecord(np.arange(B), ones, ones, ones, self.no_tests))
-
-    def raise_non_finite_ar(self, logits: torch.Tensor, p: torch.Tensor, frontier: np.ndarray) -> None:
-        """`raise_non_finite` for `step_ar`: the first sample whose logits (B, 2, 1, V) or p is bad, else
-        the prompt's own logits (the prefill)."""
-        states = self.in_batch()
-        bad = ~(logits < float("inf")).all(-1).all(1)[:, 0] | ~torch.isfinite(p).all(-1)[:, 0]  # (B,)
-        for b in np.flatnonzero(bad.cpu().numpy()):
-            raise NonFiniteLogits(int(frontier[b]), states[b].request.prompt)
-        raise NonFiniteLogits(0, states[0].request.prompt)
 
     def view(self, b: int) -> SampleView:
         state = self.in_batch()[b]
@@ -621,7 +612,7 @@ class BatchDecode:
             self.topology, self.decoder.verifier, fed.windows, fed.p, fed.nodes, generators, extra
         )
         if host[0]:
-            self.raise_non_finite(fed)
+            self.raise_non_finite(fed.logits, fed.p, [w.positions for w in fed.windows])
         return verdicts, emitted, None if unread is None else unread.read(host[1:])
 
     def verify_chains(
@@ -665,7 +656,7 @@ class BatchDecode:
         host = torch.cat([passed.reshape(-1), *extra]).cpu().numpy()  # the one host sync per iteration
         fed = replace(fed, p=p, bad=bad, fixed=FixedWindows(tokens, refs, positions, positions_t))
         if host[B * Q]:
-            self.raise_non_finite(fed)
+            self.raise_non_finite(fed.logits, fed.p, [w.positions for w in fed.windows])
         passed_host = host[: B * Q].reshape(B, Q)
         verifier = self.decoder.verifier
         verdicts = []
@@ -889,14 +880,16 @@ class BatchDecode:
         drafts, refs = step.propose(fed.p, waiting, u, samples, targets, self.history)
         return drafts[index[0], index[1]], refs[index[0], index[1]]
 
-    def raise_non_finite(self, fed: ForwardPass) -> None:
-        """The error path: the first sample and position whose logits or probabilities are bad."""
+    def raise_non_finite(self, logits: torch.Tensor, p: torch.Tensor, positions: list[np.ndarray]) -> None:
+        """The error path: the first sample and position whose logits (B, 2, L, V) or probabilities
+        (B, L, V) are bad; positions[b]: the segment positions of sample b's window slots."""
         states = self.in_batch()
-        for b, w in enumerate(fed.windows):
-            raw = fed.logits[b, :, : len(w)]  # (2, L, V): NaN or +inf anywhere (greedy's p stays finite)
-            bad = ~(raw < float("inf")).all(-1).all(0) | ~torch.isfinite(fed.p[b, : len(w)]).all(-1)
+        for b, slots in enumerate(positions):
+            L = len(slots)
+            raw = logits[b, :, :L]  # (2, L, V): NaN or +inf anywhere (greedy's p stays finite)
+            bad = ~(raw < float("inf")).all(-1).all(0) | ~torch.isfinite(p[b, :L]).all(-1)
             if bool(bad.any()):
-                raise NonFiniteLogits(int(w.positions[int(bad.long().argmax())]) + 1, states[b].request.prompt)
+                raise NonFiniteLogits(int(slots[int(bad.long().argmax())]) + 1, states[b].request.prompt)
         raise NonFiniteLogits(0, states[0].request.prompt)  # a prompt's own logits (the prefill)
 
 
